@@ -1,0 +1,25 @@
+# gpunode.nvidia: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -euo pipefail -c
+
+REPO := $(abspath .)
+VENV := $(REPO)/.venv
+PY := $(VENV)/bin/python
+export ANSIBLE_COLLECTIONS_PATH := $(REPO)/.cache/collections
+export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
+export PATH := $(VENV)/bin:$(PATH)
+
+.PHONY: demo demo-clean test unit integration molecule lint bootstrap
+
+bootstrap:
+	tests/testbed/bootstrap.sh
+
+unit: bootstrap
+	$(PY) -m pytest -q tests/unit
+
+integration: bootstrap
+	$(PY) -m pytest -q tests/integration
+
+test: bootstrap
+	$(PY) -m pytest -q tests/unit tests/integration

@@ -1,0 +1,160 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Controller half of gpunode.nvidia.containerd_runtime.
+
+The node sends its config file and containerd's view of it; TOML editing
+(tomlkit) happens here; the node dumps the candidate's effective config; the
+guard compares; only then does the node write, atomically.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
+
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", default="/etc/containerd/config.toml"),
+    name=dict(type="str", default="nvidia"),
+    binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
+    set_as_default=dict(type="bool", default=False),
+    cdi=dict(type="bool", default=False),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    containerd_binary=dict(type="str", default="containerd"),
+    validate=dict(type="bool", default=True),
+    backup=dict(type="bool", default=False),
+    allow_missing_binary=dict(type="bool", default=False),
+)
+NODE_MODULE = "gpunode.nvidia.config_file"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
+        if validation.error_messages:
+            raise AnsibleActionFail("; ".join(validation.error_messages))
+        args = validation.validated_parameters
+        try:
+            result.update(self._run(args, task_vars))
+        except (ConfigError, effective.GuardError) as exc:
+            result.update(failed=True, msg=str(exc), changed=False)
+        return result
+
+    def _node(self, task_vars, **module_args):
+        res = self._execute_module(module_name=NODE_MODULE, module_args=module_args, task_vars=task_vars)
+        if res.get("failed"):
+            raise AnsibleActionFail(res.get("msg", "%s failed" % NODE_MODULE), result=res)
+        return res
+
+    def _run(self, args, task_vars):
+        path = args["path"]
+        dump_cmd = [args["containerd_binary"], "--config", "%s", "config", "dump"]
+        validate = args["validate"]
+        current = self._node(
+            task_vars, op="read", path=path, binary=args["containerd_binary"],
+            command=dump_cmd if validate else None, exists=[args["binary"]],
+        )
+        plan = plan_runtime_edit(
+            current["content"], path, name=args["name"], binary=args["binary"],
+            set_as_default=args["set_as_default"], cdi=args["cdi"], state=args["state"],
+            containerd_version=current.get("binary_version"),
+        )
+        self._refuse_missing_default_binary(args, plan, current)
+
+        validated, effective_changes, warnings = self._guard(args, plan, current, task_vars, dump_cmd)
+        backup_file = None
+        if plan.changed and not self._task.check_mode:
+            written = self._node(
+                task_vars, op="write", path=path, content=plan.text,
+                expected_sha256=current["sha256"], backup=args["backup"],
+            )
+            backup_file = written.get("backup_file")
+        result = dict(
+            changed=plan.changed,
+            path=path,
+            backup_file=backup_file,
+            config_version=plan.version,
+            cri_plugin=plan.cri_plugin,
+            runtime=mask_data(plan.runtime),
+            default_runtime=plan.default_runtime,
+            source_runtime=plan.source_runtime,
+            validated=validated,
+            effective_changes=effective_changes,
+            containerd_version=current.get("binary_version"),
+        )
+        if warnings:
+            result["warnings"] = warnings
+        if plan.changed:
+            result["diff"] = dict(
+                before_header=path, after_header=path,
+                before=mask_text(plan.original), after=mask_text(plan.text),
+            )
+        return result
+
+    @staticmethod
+    def _refuse_missing_default_binary(args, plan, current):
+        """Incident I5: a default runtime whose binary is missing breaks every pod on the node."""
+        if args["state"] != "present" or plan.default_runtime != args["name"] or args["allow_missing_binary"]:
+            return
+        if not current["paths"].get(args["binary"]):
+            raise ConfigError(
+                "%s: refusing to make %r the default runtime: its binary %s does not exist on this node, "
+                "so every pod (not only GPU pods) would fail to start. Install the NVIDIA container toolkit "
+                "first (role gpunode.nvidia.nvidia_container_toolkit), or set allow_missing_binary: true "
+                "if it is installed later in the same image bake." % (args["path"], args["name"], args["binary"])
+            )
+
+    def _guard(self, args, plan, current, task_vars, dump_cmd):
+        """Return (validated, effective_changes, warnings); raise when the edit would do harm."""
+        if not args["validate"]:
+            return False, [], []
+        if not current.get("binary_path"):
+            return False, [], ["%s not found on the node: the edit was not validated against containerd's "
+                               "effective config (validated: false)." % args["containerd_binary"]]
+        if current["command_rc"] != 0:
+            raise ConfigError("%s: containerd cannot load the current file, so it cannot be edited safely: %s"
+                              % (args["path"], current["command_stderr"].strip()))
+        if not plan.changed:
+            return True, [], []
+        candidate = self._node(task_vars, op="check", path=args["path"], content=plan.text, command=dump_cmd)
+        if candidate["command_rc"] != 0:
+            raise ConfigError(
+                "%s: containerd %s rejects the edited file, so nothing was written: %s"
+                % (args["path"], current.get("binary_version"), mask_text(candidate["command_stderr"].strip()))
+            )
+        before = effective.load_dump(current["command_stdout"])
+        after = effective.load_dump(candidate["command_stdout"])
+        intended, unintended = effective.compare(before, after, args["name"])
+        problems = effective.check_effect(after, plan, args["binary"], args["set_as_default"], args["state"])
+        if unintended or problems:
+            raise effective.GuardError(self._guard_message(args, unintended, problems))
+        return True, intended, []
+
+    @staticmethod
+    def _guard_message(args, unintended, problems):
+        lines = ["%s: the edit would not do only what was asked in containerd's effective config "
+                 "(`containerd config dump`), so nothing was written." % args["path"]]
+        if unintended:
+            lines.append("Settings that would be lost or changed:")
+            lines.extend("  - " + mask_text(item) for item in unintended[:40])
+        if problems:
+            lines.append("The change would not take effect:")
+            lines.extend("  - " + item for item in problems)
+        lines.append(
+            "With containerd 1.x an imported file replaces the whole CRI plugin table of the main file. "
+            "Check `imports` in this file and the drop-ins it loads, then edit the file that holds the "
+            "CRI plugin table (or merge the drop-in into the main file)."
+        )
+        return "\n".join(lines)

@@ -1,0 +1,181 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: containerd_runtime
+short_description: Add, update or remove a runtime (such as nvidia) in a containerd config, losing nothing
+version_added: 0.1.0
+description:
+  - Edits a containerd C(config.toml) in place. Comments, key order, blank lines and quoting of every
+    untouched line stay byte-identical; only the runtime's own table and the keys asked for change.
+  - The new runtime copies the table of the runtime pods use today (the C(default_runtime_name) runtime
+    unless that is itself an nvidia runtime, else C(runc), else C(crun)), including C(SystemdCgroup),
+    C(runtime_type) and C(privileged_without_host_devices), then sets C(options.BinaryName). An existing
+    runtime of that name is updated, not duplicated.
+  - Config versions 1, 2, 3 and 4. A missing or empty file gets version 3 for containerd 2.x and
+    version 2 otherwise (containerd 1.x and 2.x both read version 2).
+  - B(Effective-config guard.) Before writing, C(containerd --config OLD config dump) and
+    C(containerd --config NEW config dump) are compared; if anything besides the runtime's table,
+    C(default_runtime_name) and C(enable_cdi) differs, or the change would not show in the effective
+    config (containerd 1.x drop-ins replace whole plugin tables), the task fails, names the keys and
+    writes nothing.
+  - TOML editing runs on the controller (requires C(tomlkit) there); the node needs only Python's
+    standard library (M(gpunode.nvidia.config_file) does the node side).
+  - Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and
+    SELinux context. Values of credential keys are masked in the diff and in returned values.
+author:
+  - gpunode.nvidia contributors
+options:
+  path:
+    description: The containerd config file to edit.
+    type: path
+    default: /etc/containerd/config.toml
+  name:
+    description: Runtime name (the RuntimeClass handler).
+    type: str
+    default: nvidia
+  binary:
+    description: Value for the runtime's C(options.BinaryName).
+    type: str
+    default: /usr/bin/nvidia-container-runtime
+  set_as_default:
+    description:
+      - Make the runtime C(default_runtime_name).
+      - V(false) never demotes an existing default. With O(state=absent), a default that names the removed
+        runtime falls back to the runtime pods used before it (the non-nvidia runtime the config defines:
+        the old default, C(runc) or C(crun); else C(runc)).
+    type: bool
+    default: false
+  cdi:
+    description: Set C(enable_cdi = true) in the CRI runtime plugin. V(false) leaves the key as it is.
+    type: bool
+    default: false
+  state:
+    description: Whether the runtime should be present.
+    type: str
+    choices: [present, absent]
+    default: present
+  containerd_binary:
+    description: The containerd executable used to validate (looked up on the node's C(PATH)).
+    type: str
+    default: containerd
+  validate:
+    description:
+      - Run the effective-config guard. When the node has no containerd yet (an image bake before
+        containerd is installed) the edit is made and C(validated=false) is returned.
+    type: bool
+    default: true
+  backup:
+    description: Keep a timestamped copy of the previous file.
+    type: bool
+    default: false
+  allow_missing_binary:
+    description:
+      - Allow O(set_as_default=true) although O(binary) does not exist on the node. Without it the task
+        fails, since a default runtime whose binary is missing breaks every pod (field guide incident I5).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: Credential values are masked.
+  action:
+    support: full
+requirements:
+  - tomlkit (controller)
+seealso:
+  - module: gpunode.nvidia.config_file
+  - module: gpunode.nvidia.cri_info
+"""
+
+EXAMPLES = r"""
+- name: Add the nvidia runtime, keeping everything else
+  gpunode.nvidia.containerd_runtime:
+    name: nvidia
+    binary: /usr/bin/nvidia-container-runtime
+  notify: Restart containerd
+
+- name: Make it the default, with CDI, on a k8s-snap containerd
+  gpunode.nvidia.containerd_runtime:
+    path: /var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml
+    set_as_default: true
+    cdi: true
+    backup: true
+
+- name: Remove it again (the default falls back to runc)
+  gpunode.nvidia.containerd_runtime:
+    state: absent
+"""
+
+RETURN = r"""
+path:
+  description: The file edited.
+  returned: always
+  type: str
+backup_file:
+  description: The backup made, if any.
+  returned: always
+  type: str
+config_version:
+  description: The config version of the file (after the edit).
+  returned: always
+  type: int
+  sample: 2
+cri_plugin:
+  description: The CRI plugin table edited for that version.
+  returned: always
+  type: str
+  sample: io.containerd.grpc.v1.cri
+runtime:
+  description: The runtime table as written (credentials masked); null with O(state=absent).
+  returned: always
+  type: dict
+  sample: {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": true, "BinaryName": "/usr/bin/nvidia-container-runtime"}}
+source_runtime:
+  description: The runtime whose table was copied (the one pods use today), or null.
+  returned: always
+  type: str
+default_runtime:
+  description: C(default_runtime_name) after the edit (C(runc) when unset).
+  returned: always
+  type: str
+validated:
+  description: Whether the effective-config guard ran against the node's containerd.
+  returned: always
+  type: bool
+effective_changes:
+  description: Dotted keys of containerd's effective config that the edit changes.
+  returned: always
+  type: list
+  elements: str
+containerd_version:
+  description: C(containerd --version) on the node, or null.
+  returned: always
+  type: str
+diff:
+  description: Before and after text, credentials masked.
+  returned: when changed
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    # The work is done by the action plugin of the same name; running this file directly is a misuse.
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module.fail_json(msg="gpunode.nvidia.containerd_runtime runs through its action plugin; "
+                         "call it as a task, not as a raw module.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Where each table and key of a TOML document sits in its text.
+
+Controller-side. TOML libraries that round-trip a document still re-indent
+or re-space what they add (nested tables, keys appended to indented
+sections), and a containerd config is read by people: we splice new lines
+into the original text instead, and use this map to know where.
+
+The scanner only locates entries; the meaning of the result is always
+checked by re-parsing it (see containerd_toml.py), so a scanning mistake
+cannot silently change a config.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class Entry(object):
+    """One table header or key/value line (a value may span several lines)."""
+
+    __slots__ = ("kind", "path", "start", "end", "line", "indent", "value_start", "value_end", "table")
+
+    def __init__(self, kind, path, start, end, line, indent, value_start=None, value_end=None, table=None):
+        self.kind = kind  # "table", "array_table" or "key"
+        self.path = path  # absolute path: table path for headers, table + key path for keys
+        self.start = start  # offset of the first character of the line
+        self.end = end  # offset just past the line's newline
+        self.line = line  # 1-based line number
+        self.indent = indent
+        self.value_start = value_start
+        self.value_end = value_end
+        self.table = table  # for keys: the path of the [table] section the line sits in
+
+    @property
+    def is_header(self):
+        return self.kind != "key"
+
+    def __repr__(self):
+        return "Entry(%s %r line %d)" % (self.kind, self.path, self.line)
+
+
+class Layout(object):
+    """The entries of a document, in order, with lookups used by the editor."""
+
+    def __init__(self, text):
+        self.text = text
+        self.entries = _scan(text)
+
+    def header(self, path):
+        for entry in self.entries:
+            if entry.kind == "table" and entry.path == path:
+                return entry
+        return None
+
+    def key(self, path):
+        for entry in self.entries:
+            if entry.kind == "key" and entry.path == path:
+                return entry
+        return None
+
+    def section_keys(self, header):
+        """Key entries that belong to a header's own section (up to the next header)."""
+        keys = []
+        for entry in self.entries[self.entries.index(header) + 1:]:
+            if entry.is_header:
+                break
+            keys.append(entry)
+        return keys
+
+    def subtree_end(self, path):
+        """Offset just past the last entry of the contiguous run of tables under `path`.
+
+        None when no header under `path` exists.
+        """
+        end = None
+        inside = False
+        for entry in self.entries:
+            if entry.is_header:
+                under = entry.path[:len(path)] == path
+                if under:
+                    inside = True
+                elif inside:
+                    break
+            if inside:
+                end = entry.end
+        return end
+
+    def subtree_range(self, path):
+        """(start, end) offsets of the header `path` and every table under it, or None."""
+        header = self.header(path)
+        if header is None:
+            return None
+        end = header.end
+        for entry in self.entries[self.entries.index(header) + 1:]:
+            if entry.is_header and entry.path[:len(path)] != path:
+                break
+            end = entry.end
+        return header.start, end
+
+    def indent_step(self):
+        """Indentation added per nesting level of headers (0 for flat files)."""
+        headers = [e for e in self.entries if e.is_header]
+        for parent, child in zip(headers, headers[1:]):
+            if child.path[:len(parent.path)] == parent.path and len(child.indent) > len(parent.indent):
+                return child.indent[len(parent.indent):]
+        if any(e.indent for e in self.entries):
+            return "  "
+        return ""
+
+    def quote_char(self):
+        """The quote style this file uses for quoted keys in headers."""
+        for entry in self.entries:
+            if entry.is_header:
+                header_text = self.text[entry.start:entry.end]
+                if "'" in header_text and '"' not in header_text:
+                    return "'"
+                if '"' in header_text:
+                    return '"'
+        return '"'
+
+
+class ScanError(ValueError):
+    pass
+
+
+def _scan(text):
+    entries = []
+    table = ()
+    pos = 0
+    line = 1
+    length = len(text)
+    while pos < length:
+        line_start = pos
+        i = _skip_blanks(text, pos)
+        indent = text[line_start:i]
+        if i >= length:
+            break
+        char = text[i]
+        if char in "\r\n" or char == "#":
+            pos = _end_of_line(text, i)
+            line += 1
+            continue
+        if char == "[":
+            array = text.startswith("[[", i)
+            path, i = _parse_key(text, i + (2 if array else 1))
+            i = _skip_blanks(text, i)
+            closing = "]]" if array else "]"
+            if not text.startswith(closing, i):
+                raise ScanError("unterminated table header at line %d" % line)
+            table = path
+            end = _end_of_line(text, i + len(closing))
+            entries.append(Entry("array_table" if array else "table", path, line_start, end, line, indent))
+            line += 1
+            pos = end
+            continue
+        key, i = _parse_key(text, i)
+        i = _skip_blanks(text, i)
+        if i >= length or text[i] != "=":
+            raise ScanError("expected '=' after key at line %d" % line)
+        value_start = _skip_blanks(text, i + 1)
+        value_end = _skip_value(text, value_start)
+        end = _end_of_line(text, value_end)
+        entries.append(Entry("key", table + key, line_start, end, line, indent, value_start, value_end, table))
+        line += text.count("\n", line_start, end)
+        pos = end
+    return entries
+
+
+def _skip_blanks(text, pos):
+    while pos < len(text) and text[pos] in " \t":
+        pos += 1
+    return pos
+
+
+def _end_of_line(text, pos):
+    newline = text.find("\n", pos)
+    return len(text) if newline < 0 else newline + 1
+
+
+def _parse_key(text, pos):
+    parts = []
+    while True:
+        pos = _skip_blanks(text, pos)
+        char = text[pos:pos + 1]
+        if char == '"':
+            end = _string_end(text, pos, '"')
+            parts.append(json.loads(text[pos:end]))
+        elif char == "'":
+            end = text.index("'", pos + 1) + 1
+            parts.append(text[pos + 1:end - 1])
+        else:
+            match = _BARE_KEY.match(text, pos)
+            if not match:
+                raise ScanError("invalid key at offset %d" % pos)
+            end = match.end()
+            parts.append(match.group(0))
+        pos = _skip_blanks(text, end)
+        if text[pos:pos + 1] != ".":
+            return tuple(parts), pos
+        pos += 1
+
+
+def _string_end(text, pos, quote):
+    """Offset past a single-line string starting at pos."""
+    i = pos + 1
+    while i < len(text):
+        if text[i] == "\\" and quote == '"':
+            i += 2
+            continue
+        if text[i] == quote:
+            return i + 1
+        i += 1
+    raise ScanError("unterminated string at offset %d" % pos)
+
+
+def _skip_value(text, pos):
+    """Offset past the value starting at pos (strings, arrays, inline tables, scalars)."""
+    for triple in ('"""', "'''"):
+        if text.startswith(triple, pos):
+            end = pos + 3
+            while True:
+                found = text.find(triple, end)
+                if found < 0:
+                    raise ScanError("unterminated multi-line string at offset %d" % pos)
+                if triple == '"""' and _escaped(text, found):
+                    end = found + 1
+                    continue
+                end = found + 3
+                while text.startswith(triple[0], end):  # up to two quotes may close the string
+                    end += 1
+                return end
+    char = text[pos:pos + 1]
+    if char in "\"'":
+        return _string_end(text, pos, char)
+    if char in "[{":
+        return _skip_container(text, pos)
+    end = pos
+    while end < len(text) and text[end] not in " \t\r\n#,]}":
+        end += 1
+    return end
+
+
+def _escaped(text, pos):
+    backslashes = 0
+    while pos - backslashes - 1 >= 0 and text[pos - backslashes - 1] == "\\":
+        backslashes += 1
+    return backslashes % 2 == 1
+
+
+def _skip_container(text, pos):
+    closing = {"[": "]", "{": "}"}[text[pos]]
+    i = pos + 1
+    while i < len(text):
+        char = text[i]
+        if char == closing:
+            return i + 1
+        if char == "#":
+            i = _end_of_line(text, i)
+        elif char in " \t\r\n,":
+            i += 1
+        elif char == "=" or char == ".":
+            i += 1
+        elif text[i:i + 1] in "[{\"'":
+            i = _skip_value(text, i)
+        else:
+            match = _BARE_KEY.match(text, i)
+            following = match.end() if match else _skip_value(text, i)
+            i = following if following > i else i + 1
+    raise ScanError("unterminated array or inline table at offset %d" % pos)
