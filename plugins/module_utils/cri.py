@@ -124,6 +124,28 @@ SCHEMA = {
     "StopPodSandboxRequest": ((1, "pod_sandbox_id", "string", False),),
     "RemovePodSandboxRequest": ((1, "pod_sandbox_id", "string", False),),
     "Empty": (),
+    "PodSandboxFilter": ((1, "id", "string", False), (3, "label_selector", "map", False)),
+    "ListPodSandboxRequest": ((1, "filter", "PodSandboxFilter", False),),
+    "ListPodSandboxResponse": ((1, "items", "PodSandbox", True),),
+    "PodSandbox": (
+        (1, "id", "string", False), (2, "metadata", "PodSandboxMetadata", False),
+        (3, "state", "enum", False), (4, "created_at", "int64", False),
+        (5, "labels", "map", False), (6, "annotations", "map", False),
+        (7, "runtime_handler", "string", False),
+    ),
+    "ContainerFilter": (
+        (1, "id", "string", False), (3, "pod_sandbox_id", "string", False),
+        (4, "label_selector", "map", False),
+    ),
+    "ListContainersRequest": ((1, "filter", "ContainerFilter", False),),
+    "ListContainersResponse": ((1, "containers", "Container", True),),
+    "Container": (
+        (1, "id", "string", False), (2, "pod_sandbox_id", "string", False),
+        (3, "metadata", "ContainerMetadata", False), (4, "image", "ImageSpec", False),
+        (5, "image_ref", "string", False), (6, "state", "enum", False),
+        (7, "created_at", "int64", False), (8, "labels", "map", False),
+        (9, "annotations", "map", False), (10, "image_id", "string", False),
+    ),
     "ImageSpec": (
         (1, "image", "string", False), (2, "annotations", "map", False),
         (18, "user_specified_image", "string", False), (19, "runtime_handler", "string", False),
@@ -804,6 +826,15 @@ class CRIClient:
     def remove_pod_sandbox(self, sandbox_id, timeout=None):
         self._runtime("RemovePodSandbox", {"pod_sandbox_id": sandbox_id}, timeout, response_type="Empty")
 
+    def list_pod_sandboxes(self, labels=None, timeout=None):
+        """Sandboxes (id, metadata, state 0=ready/1=not ready, labels, runtime_handler), optionally by label."""
+        request = {"filter": {"label_selector": dict(labels)}} if labels else {}
+        return self._runtime("ListPodSandbox", request, timeout)["items"]
+
+    def list_containers(self, sandbox_id="", labels=None, timeout=None):
+        request = {"filter": {"pod_sandbox_id": sandbox_id, "label_selector": dict(labels or {})}}
+        return self._runtime("ListContainers", request, timeout)["containers"]
+
     def create_container(self, sandbox_id, config, sandbox_config, timeout=None):
         reply = self._runtime("CreateContainer", {"pod_sandbox_id": sandbox_id, "config": config,
                                                   "sandbox_config": sandbox_config}, timeout)
@@ -868,11 +899,17 @@ class CRIClient:
 
 def sandbox_config(name, uid, namespace="default", attempt=0, hostname=None, log_directory="",
                    labels=None, host_network=True):
-    """PodSandboxConfig for a pod on the node's network (no CNI needed), as kubelet builds it."""
+    """PodSandboxConfig for a pod on the node's network (no CNI needed), as kubelet builds it.
+
+    Like kubelet, no hostname for a host-network pod: it shares the node's UTS
+    namespace and runc refuses to set a hostname there.
+    """
     mode = NAMESPACE_NODE if host_network else NAMESPACE_POD
+    if hostname is None:
+        hostname = "" if host_network else name
     return {
         "metadata": {"name": name, "uid": uid, "namespace": namespace, "attempt": attempt},
-        "hostname": hostname or name,
+        "hostname": hostname,
         "log_directory": log_directory,
         "labels": dict(labels or {}),
         "linux": {"security_context": {"namespace_options": {"network": mode, "pid": NAMESPACE_CONTAINER}}},

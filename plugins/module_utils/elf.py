@@ -466,5 +466,4 @@ def _summary(result):
         return "requires no versioned glibc symbols"
     if result["ok"]:
         return "requires GLIBC_%s, host has %s" % (result["requires"], result["host"])
-    return "requires GLIBC_%s, host has %s: the dynamic loader will refuse to run it" % (
-        highest_glibc(result["missing"]), result["host"])
+    return "requires GLIBC_%s, host has %s" % (highest_glibc(result["missing"]), result["host"])

@@ -21,6 +21,11 @@ import re
 import tomlkit
 from tomlkit.exceptions import ParseError
 
+try:  # Python 3.11+: the standard parser, with precise error positions
+    import tomllib
+except ImportError:  # pragma: no cover - older controllers
+    tomllib = None
+
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import Layout, ScanError
 
 # The CRI runtime plugin's table, by config version (field guide §2).
@@ -64,18 +69,23 @@ class Plan(object):
 
 def parse(text, path):
     """Parse TOML into plain data; syntax errors name file, line and column."""
+    if tomllib is not None:
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+            reason, line, col = match.groups() if match else (str(exc), "?", "?")
+            raise _syntax_error(path, line, col, reason)
     try:
         return tomlkit.parse(text).unwrap()
     except ParseError as exc:
-        raise ConfigError(
-            "%s: line %s, column %s: %s. The file was left unchanged; fix the TOML and run again."
-            % (path, exc.line, exc.col, _parse_reason(exc))
-        )
+        reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
+        raise _syntax_error(path, exc.line, exc.col, reason)
 
 
-def _parse_reason(exc):
-    # tomlkit appends " at line L col C" to its message; we already say where.
-    return re.sub(r" at line \d+ col \d+$", "", str(exc))
+def _syntax_error(path, line, col, reason):
+    return ConfigError("%s: line %s, column %s: %s. The file was left unchanged; fix the TOML and run again."
+                       % (path, line, col, reason.rstrip(".")))
 
 
 def default_version(containerd_version):

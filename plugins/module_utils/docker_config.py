@@ -1,0 +1,497 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Edit Docker's daemon.json in place, and find dockerd flags that clash with it.
+
+Standard library only: this runs on managed nodes.
+
+Edits are splices into the original text, never a re-serialisation: every
+byte outside the members that change stays as it was (inline arrays, odd
+spacing, escapes, key order, the trailing newline). New members copy the
+layout of their neighbours: the same line break and indentation before the
+key, the same `:` spacing. A file with no layout to copy (missing, empty,
+`{}`) gets two-space indentation.
+
+Undo is exact: removing a member deletes precisely the text that adding it
+inserted, so `state=present` then `state=absent` on a file that had no such
+runtime gives back the original bytes. For that reason an empty `runtimes`
+object left behind by a removal is removed too (dockerd treats a missing and
+an empty `runtimes` the same way).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import glob
+import json
+import os
+import re
+import shlex
+from collections import OrderedDict, namedtuple
+
+BOM = u"\ufeff"
+DEFAULT_INDENT = "  "
+# dockerd refuses these runtime names in daemon.json ("runtime name ... is reserved").
+RESERVED_RUNTIME_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+
+_WHITESPACE = " \t\r\n"
+_DECODER = json.JSONDecoder(object_pairs_hook=OrderedDict)
+
+# One `"key": value` of an object. lead_start is just after the `{` or `,`
+# before it, so text[lead_start:key_start] is the layout in front of the key.
+_Member = namedtuple("_Member", "key lead_start key_start key_end value_start value_end")
+_Object = namedtuple("_Object", "start end members")
+
+
+class DockerConfigError(Exception):
+    """A daemon.json the module must not touch; the message says where and why."""
+
+
+def line_col(text, pos):
+    """1-based line and column of a character offset."""
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def _where(path, text, pos):
+    return "%s line %d column %d" % ((path,) + line_col(text, pos))
+
+
+def _json_type(value):
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a string"
+
+
+def parse_daemon_json(text, path):
+    """Parse daemon.json text (key order kept); an empty file is an empty object."""
+    body = text[1:] if text.startswith(BOM) else text
+    if not body.strip():
+        return OrderedDict()
+    try:
+        data = json.loads(body, object_pairs_hook=OrderedDict)
+    except ValueError as exc:
+        # JSONDecodeError carries the position; dockerd would refuse this file too.
+        line, col = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+        msg = getattr(exc, "msg", str(exc))
+        raise DockerConfigError(
+            "%s is not valid JSON: %s at line %s column %s. Fix the file by hand; "
+            "it was left untouched." % (path, msg, line, col)
+        )
+    if not isinstance(data, dict):
+        raise DockerConfigError(
+            "%s must hold a JSON object at the top level, found %s. Fix the file by hand; "
+            "it was left untouched." % (path, _json_type(data))
+        )
+    return data
+
+
+# --- scanning: where each member of an object lies in the text -------------
+
+def _skip_ws(text, pos):
+    while pos < len(text) and text[pos] in _WHITESPACE:
+        pos += 1
+    return pos
+
+
+def _scan_object(text, start):
+    """Members of the (already validated) JSON object whose `{` is at start."""
+    members = []
+    lead_start = start + 1
+    pos = _skip_ws(text, lead_start)
+    if text[pos] == "}":
+        return _Object(start, pos + 1, members)
+    while True:
+        key_start = pos
+        key, key_end = json.decoder.scanstring(text, key_start + 1)
+        value_start = _skip_ws(text, _skip_ws(text, key_end) + 1)  # past the colon
+        _value, value_end = _DECODER.raw_decode(text, value_start)
+        members.append(_Member(key, lead_start, key_start, key_end, value_start, value_end))
+        pos = _skip_ws(text, value_end)
+        if text[pos] == "}":
+            return _Object(start, pos + 1, members)
+        lead_start = pos + 1
+        pos = _skip_ws(text, lead_start)
+
+
+def _member(text, obj, key, path):
+    """The member named key, or None; a repeated key is an error (which one wins is unclear)."""
+    found = [m for m in obj.members if m.key == key]
+    if len(found) > 1:
+        raise DockerConfigError(
+            "%s: key %s appears more than once (again at %s). Remove the duplicate; "
+            "the file was left untouched." % (path, json.dumps(key), _where(path, text, found[1].key_start))
+        )
+    return found[0] if found else None
+
+
+def _value_at(text, member):
+    return _DECODER.raw_decode(text, member.value_start)[0]
+
+
+def _locate(text, keys, path):
+    """Walk keys from the top object; return (deepest object found, its depth, keys left, member)."""
+    obj = _scan_object(text, _skip_ws(text, 0))
+    depth = 0
+    for index, key in enumerate(keys):
+        member = _member(text, obj, key, path)
+        if member is None:
+            return obj, depth, keys[index:], None
+        if index == len(keys) - 1:
+            return obj, depth, (), member
+        value = _value_at(text, member)
+        if not isinstance(value, dict):
+            raise DockerConfigError(
+                "%s: %s at %s is %s; dockerd expects an object there. Fix it by hand; "
+                "the file was left untouched."
+                % (path, ".".join(keys[: index + 1]), _where(path, text, member.value_start), _json_type(value))
+            )
+        obj = _scan_object(text, member.value_start)
+        depth += 1
+    return obj, depth, (), None
+
+
+# --- layout: copy what the file already does ----------------------------------
+
+def _newline(text):
+    return "\r\n" if "\r\n" in text else "\n"
+
+
+def _line_indent(text, pos):
+    line_start = text.rfind("\n", 0, pos) + 1
+    line = text[line_start:pos]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def detect_indent(text):
+    """The file's indentation unit ("  ", "    ", "\\t" ...), or None for a one-line file."""
+    body = text.strip(_WHITESPACE + BOM)
+    if not body or body == "{}":
+        return DEFAULT_INDENT
+    widths = [line[: len(line) - len(line.lstrip(" \t"))] for line in body.splitlines()[1:]]
+    widths = [w for w in widths if w]
+    if not widths:
+        return None if "\n" not in body else DEFAULT_INDENT
+    return min(widths, key=len)
+
+
+def _key_separator(obj, text):
+    for member in obj.members:
+        return text[member.key_end:member.value_start]
+    match = re.search(r'"\s*:\s*', text)
+    return match.group(0)[1:] if match else ": "
+
+
+def _item_separator(obj, text, key_sep):
+    """Separator between members on one line: as the object has it, else spaced like `:`."""
+    if len(obj.members) > 1:
+        return "," + text[obj.members[-1].lead_start:obj.members[-1].key_start]
+    return ", " if key_sep.endswith(" ") else ","
+
+
+def _render(value, indent, base, newline, key_sep, item_sep=", "):
+    """JSON text of value: on one line when indent is None, else indented from base."""
+    if indent is None:
+        return json.dumps(value, separators=(item_sep, key_sep), ensure_ascii=False)
+    rendered = json.dumps(value, indent=indent, separators=(",", key_sep), ensure_ascii=False)
+    return rendered.replace("\n", newline + base)
+
+
+def _insert_member(text, obj, key, value, indent):
+    """Add `key: value` as the last member of obj, laid out like its neighbours."""
+    newline = _newline(text)
+    key_sep = _key_separator(obj, text)
+    quoted_key = json.dumps(key, ensure_ascii=False)
+    if obj.members:
+        last = obj.members[-1]
+        lead = text[last.lead_start:last.key_start]
+        if "\n" in lead:
+            separator = "," + lead
+            rendered = _render(value, indent, lead[lead.rfind("\n") + 1:], newline, key_sep)
+        else:
+            separator = _item_separator(obj, text, key_sep)
+            rendered = _render(value, None, "", newline, key_sep, separator)
+        addition = separator + quoted_key + key_sep + rendered
+        return text[: last.value_end] + addition + text[last.value_end:]
+    if indent is None:
+        item_sep = _item_separator(obj, text, key_sep)
+        interior = quoted_key + key_sep + _render(value, None, "", newline, key_sep, item_sep)
+    else:
+        outer = _line_indent(text, obj.start)
+        inner = outer + indent
+        interior = (newline + inner + quoted_key + key_sep
+                    + _render(value, indent, inner, newline, key_sep) + newline + outer)
+    return text[: obj.start + 1] + interior + text[obj.end - 1:]
+
+
+def _remove_member(text, obj, member):
+    """Delete member and exactly the separator text that joined it to the object."""
+    index = obj.members.index(member)
+    if len(obj.members) == 1:
+        return text[: obj.start + 1] + text[obj.end - 1:]
+    if index > 0:
+        return text[: obj.members[index - 1].value_end] + text[member.value_end:]
+    return text[: member.key_start] + text[obj.members[1].key_start:]
+
+
+# --- edits by key path -------------------------------------------------------
+
+def _same(a, b):
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def set_key(text, keys, value, path, indent):
+    """Set the value at keys (a tuple), creating missing parent objects."""
+    obj, _depth, missing, member = _locate(text, keys, path)
+    if member is not None:
+        if _same(_value_at(text, member), value):
+            return text
+        # Keep a one-line value on one line (e.g. an inline runtimeArgs array).
+        multiline = "\n" in text[member.value_start:member.value_end]
+        base = _line_indent(text, member.key_start)
+        rendered = _render(value, indent if multiline else None, base, _newline(text), _key_separator(obj, text))
+        return text[: member.value_start] + rendered + text[member.value_end:]
+    for key in reversed(missing[1:]):
+        value = OrderedDict([(key, value)])
+    return _insert_member(text, obj, missing[0], value, indent)
+
+
+def remove_key(text, keys, path):
+    """Remove the member at keys when it exists."""
+    obj, _depth, _missing, member = _locate(text, keys, path)
+    if member is None:
+        return text
+    return _remove_member(text, obj, member)
+
+
+def get_key(data, keys):
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _check_object(data, keys, path):
+    value = get_key(data, keys)
+    if value is not None and not isinstance(value, dict):
+        raise DockerConfigError(
+            "%s: %s is %s; dockerd expects an object there. Fix it by hand; the file was "
+            "left untouched." % (path, ".".join(keys), _json_type(value))
+        )
+
+
+def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=False,
+                     cdi=False, state="present"):
+    """Return daemon.json text with the runtime added/updated (present) or removed (absent).
+
+    text is the file's content ("" for a missing file). Raises DockerConfigError
+    for a file this module must not touch.
+    """
+    data = parse_daemon_json(text, path)
+    for keys in (("runtimes",), ("runtimes", name)) + ((("features",),) if cdi else ()):
+        _check_object(data, keys, path)
+    bom = BOM if text.startswith(BOM) else ""
+    body = text[len(bom):]
+    if not body.strip():
+        if state == "absent":
+            return text
+        body = "{}" + _newline(body or "\n")
+    indent = detect_indent(body)
+
+    if state == "present":
+        body = set_key(body, ("runtimes", name, "path"), binary, path, indent)
+        existing = get_key(data, ("runtimes", name)) or {}
+        if runtime_args or "runtimeArgs" in existing:
+            body = set_key(body, ("runtimes", name, "runtimeArgs"), list(runtime_args), path, indent)
+        if set_as_default:
+            body = set_key(body, ("default-runtime",), name, path, indent)
+        if cdi:
+            body = set_key(body, ("features", "cdi"), True, path, indent)
+    else:
+        body = remove_key(body, ("runtimes", name), path)
+        if get_key(parse_daemon_json(body, path), ("runtimes",)) == {}:
+            body = remove_key(body, ("runtimes",), path)
+        # A default naming a runtime that no longer exists stops dockerd from starting.
+        if data.get("default-runtime") == name:
+            body = remove_key(body, ("default-runtime",), path)
+    return bom + body
+
+
+def runtime_entry(data, name):
+    """The runtime's object as dockerd will read it, or None."""
+    return get_key(data, ("runtimes", name))
+
+
+# --- dockerd command-line flags that clash with daemon.json keys --------------
+
+# dockerd refuses to start when a key is set both by a flag and in daemon.json.
+# For runtimes this holds for ANY --add-runtime against ANY `runtimes` key.
+FLAG_KEYS = OrderedDict([
+    ("--add-runtime", "runtimes"),
+    ("--default-runtime", "default-runtime"),
+    ("--feature", "features"),
+    ("--config-file", None),
+])
+UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "usr/local/lib/systemd/system",
+             "lib/systemd/system", "usr/lib/systemd/system")
+SYSV_ENV_FILES = ("etc/default/docker", "etc/sysconfig/docker")
+
+DockerdFlag = namedtuple("DockerdFlag", "flag value key source")
+
+
+def _under(root, relative):
+    return os.path.join(root, relative.lstrip("/"))
+
+
+def _unit_files(root, unit):
+    """The unit file systemd would load, then its drop-ins in the order systemd applies them."""
+    files = []
+    for directory in UNIT_DIRS:
+        candidate = os.path.join(root, directory, unit)
+        if os.path.isfile(candidate):
+            files.append(candidate)
+            break
+    dropins = {}
+    for directory in reversed(UNIT_DIRS):  # higher-priority directories overwrite by name
+        for dropin in glob.glob(os.path.join(root, directory, unit + ".d", "*.conf")):
+            dropins[os.path.basename(dropin)] = dropin
+    return files + [dropins[base] for base in sorted(dropins)]
+
+
+def _unit_lines(path):
+    """(key, value) pairs of the [Service] section, continuation lines joined."""
+    with open(path) as handle:
+        raw = handle.read()
+    section, pending = None, ""
+    for line in raw.splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped[0] in "#;"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        stripped, pending = pending + stripped, ""
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped[1:-1]
+        elif section == "Service" and "=" in stripped:
+            key, value = stripped.split("=", 1)
+            yield key.strip(), value.strip()
+
+
+def _env_file(path):
+    """KEY=VALUE lines of an environment file (systemd/shell style), quotes removed."""
+    values = {}
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except (IOError, OSError):
+        return values
+    for line in lines:
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
+        if not match:
+            continue
+        value = match.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[match.group(1)] = value
+    return values
+
+
+def _service_command(root, unit):
+    """(words of the effective ExecStart, file it came from, {VAR: (value, file)})."""
+    exec_start, source, env = None, None, {}
+    for unit_file in _unit_files(root, unit):
+        for key, value in _unit_lines(unit_file):
+            if key == "ExecStart":
+                # An empty ExecStart= resets the list; the last one left is what runs.
+                exec_start, source = (value, unit_file) if value else (None, None)
+            elif key == "Environment":
+                for word in _split(value):
+                    if "=" in word:
+                        var, val = word.split("=", 1)
+                        env[var] = (val, unit_file)
+            elif key == "EnvironmentFile":
+                for name in _split(value):
+                    env_path = _under(root, name.lstrip("-"))
+                    for var, val in _env_file(env_path).items():
+                        env[var] = (val, env_path)
+    return exec_start, source, env
+
+
+def _split(value):
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return value.split()
+
+
+def _expand(words, source, env):
+    """Replace `$VAR` / `${VAR}` words by their values; each word keeps the file it came from."""
+    for word in words:
+        match = re.match(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$", word)
+        if not match:
+            yield word, source
+            continue
+        value, env_source = env.get(match.group(1), ("", source))
+        for part in _split(value):
+            yield part, env_source
+
+
+def _flags_in(words):
+    """(flag, value, source) for each flag of interest, as `--flag value` or `--flag=value`."""
+    words = list(words)
+    for index, (word, source) in enumerate(words):
+        flag, _sep, value = word.partition("=")
+        if flag not in FLAG_KEYS:
+            continue
+        if not _sep:
+            value = words[index + 1][0] if index + 1 < len(words) else ""
+        yield flag, value, source
+
+
+def dockerd_flags(root="/", unit="docker.service"):
+    """Flags of interest on dockerd's command line, each with the file that passes it.
+
+    Reads the systemd unit and its drop-ins under root; without a unit (SysV
+    init) reads DOCKER_OPTS from /etc/default/docker or /etc/sysconfig/docker.
+    """
+    exec_start, source, env = _service_command(root, unit)
+    if exec_start is not None:
+        words = _expand(_split(exec_start), source, env)
+    else:
+        words = []
+        for relative in SYSV_ENV_FILES:
+            env_path = _under(root, relative)
+            opts = _env_file(env_path).get("DOCKER_OPTS")
+            if opts:
+                words.extend((word, env_path) for word in _split(opts))
+    return [DockerdFlag(flag, value, FLAG_KEYS[flag], src) for flag, value, src in _flags_in(words)]
+
+
+def conflicting_flags(flags, keys_written):
+    """The flags that set a key this edit writes to daemon.json."""
+    return [flag for flag in flags if flag.key in keys_written]
+
+
+def conflict_message(conflicts, path):
+    parts = ["%s %s (passed by %s)" % (c.flag, c.value, c.source) for c in conflicts]
+    keys = sorted(set(c.key for c in conflicts))
+    return (
+        "dockerd is started with %s; dockerd refuses to start when %s is also set in %s. "
+        "Nothing was written. Remove the flag from that file (then `systemctl daemon-reload`), "
+        "or keep managing these settings on the command line instead of with this module."
+        % ("; ".join(parts), " and ".join(keys), path)
+    )

@@ -1,0 +1,393 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: docker_runtime
+short_description: Add, update or remove an OCI runtime in Docker's daemon.json without losing a setting
+version_added: 0.1.0
+description:
+  - Edits C(runtimes.<name>) (and optionally C(default-runtime) and C(features.cdi)) in Docker's
+    C(daemon.json) in place. Every other key keeps its bytes, its order and the file's
+    indentation: C(log-opts), C(registry-mirrors), C(insecure-registries), C(exec-opts) and the
+    rest come through untouched. New keys copy the layout of their neighbours.
+  - A missing file is created holding only what was asked for. With O(state=absent), removing a
+    runtime this module added gives back the original bytes; an empty C(runtimes) object left
+    behind is removed as well, and a C(default-runtime) naming the removed runtime is dropped
+    (dockerd would refuse to start with it).
+  - Before writing, the candidate is checked with C(dockerd --validate --config-file CANDIDATE)
+    when the installed dockerd has C(--validate) (Docker 23 and later); otherwise the result says
+    RV(validated=false).
+  - Fails before writing when the docker service already passes C(--add-runtime),
+    C(--default-runtime) or C(--feature) on dockerd's command line (systemd unit, drop-in, or
+    C(DOCKER_OPTS) in C(/etc/default/docker) / C(/etc/sysconfig/docker)) for a key this edit
+    writes: dockerd refuses to start when a setting is given both ways. The message names the
+    file that passes the flag.
+  - The write is atomic (temporary file in the same directory, fsync, rename), keeps owner, mode
+    and SELinux context, and can keep a backup. Credentials are masked in the diff and in every
+    returned value.
+  - The change is not applied to a running dockerd: reload it (C(systemctl reload docker), i.e.
+    SIGHUP), which picks up C(runtimes) and C(default-runtime) without stopping containers.
+  - Needs only the Python standard library on the node.
+author:
+  - gpunode.nvidia contributors
+options:
+  path:
+    description: The daemon configuration file dockerd reads (its C(--config-file)).
+    type: path
+    default: /etc/docker/daemon.json
+  name:
+    description:
+      - Runtime name, as used by C(docker run --runtime NAME) and by a Kubernetes RuntimeClass
+        handler through cri-dockerd.
+      - C(runc), C(io.containerd.runc.v2) and C(io.containerd.runtime.v1.linux) are reserved by
+        dockerd and refused.
+    type: str
+    default: nvidia
+  binary:
+    description:
+      - The runtime executable, written as C(runtimes.<name>.path). A bare name is looked up on
+        dockerd's C(PATH) when a container starts.
+    type: str
+    default: nvidia-container-runtime
+  runtime_args:
+    description:
+      - Written as C(runtimes.<name>.runtimeArgs) when not empty, or when the runtime already has
+        C(runtimeArgs) (then an empty list empties it).
+    type: list
+    elements: str
+    default: []
+  set_as_default:
+    description:
+      - Make the runtime dockerd's C(default-runtime), so every container uses it.
+      - Refused when O(binary) cannot be found on the node (every container would fail to start),
+        unless O(allow_missing_binary=true).
+      - C(false) leaves C(default-runtime) as it is.
+    type: bool
+    default: false
+  allow_missing_binary:
+    description: Accept O(set_as_default=true) even though O(binary) is not on the node (yet).
+    type: bool
+    default: false
+  cdi:
+    description:
+      - Set C(features.cdi) to C(true), leaving every other feature flag as it is.
+      - C(false) leaves C(features) alone; so does O(state=absent), since CDI serves every runtime.
+    type: bool
+    default: false
+  state:
+    description: Whether the runtime should be present or absent.
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description: Keep a timestamped copy of the previous file when it changes.
+    type: bool
+    default: false
+  validate:
+    description: Check the candidate with C(dockerd --validate) before writing, when that is available.
+    type: bool
+    default: true
+  dockerd_binary:
+    description:
+      - The dockerd executable used for validation and reported in RV(dockerd_version).
+      - A bare name is looked up on C(PATH) and in the sbin directories; when it is not found
+        (an image built before Docker is installed) the module goes on with RV(validated=false).
+        An absolute path that does not exist is an error.
+    type: str
+    default: dockerd
+  systemd_root:
+    description:
+      - Directory that stands for C(/) when reading the docker service's systemd unit, its
+        drop-ins and environment files for conflicting flags (for a mounted image, or tests).
+    type: path
+    default: /
+attributes:
+  check_mode:
+    support: full
+    details: The candidate is still validated (in a temporary file beside O(path), removed afterwards).
+  diff_mode:
+    support: full
+    details: Credentials (keys such as C(auth), C(password), C(token)) are masked.
+seealso:
+  - module: gpunode.nvidia.containerd_runtime
+  - module: gpunode.nvidia.crio_runtime
+notes:
+  - Docker docs on runtimes U(https://docs.docker.com/reference/cli/dockerd/#configure-container-runtimes).
+"""
+
+EXAMPLES = r"""
+- name: Register the NVIDIA runtime, keep runc as the default
+  gpunode.nvidia.docker_runtime:
+    binary: /usr/bin/nvidia-container-runtime
+  register: docker_nvidia
+
+- name: Make it the default runtime and enable CDI, with a backup
+  gpunode.nvidia.docker_runtime:
+    binary: /usr/bin/nvidia-container-runtime
+    set_as_default: true
+    cdi: true
+    backup: true
+
+- name: Apply it without stopping containers
+  ansible.builtin.systemd_service:
+    name: docker
+    state: reloaded
+  when: docker_nvidia is changed
+
+- name: Remove it again
+  gpunode.nvidia.docker_runtime:
+    state: absent
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the file changed (or would change, in check mode).
+  returned: always
+  type: bool
+path:
+  description: The file edited.
+  returned: always
+  type: str
+diff:
+  description: Before and after text of the file, credentials masked.
+  returned: always
+  type: dict
+backup_file:
+  description: The backup made, or null.
+  returned: always
+  type: str
+runtime:
+  description: The runtime's object as written (credentials masked), or null when absent.
+  returned: always
+  type: dict
+  sample: {"path": "nvidia-container-runtime"}
+default_runtime:
+  description: The C(default-runtime) in the resulting file, or null when not set (dockerd then uses runc).
+  returned: always
+  type: str
+validated:
+  description: Whether C(dockerd --validate) accepted the candidate. False when nothing changed, when
+    O(validate=false), or when dockerd is missing or has no C(--validate) (before Docker 23).
+  returned: always
+  type: bool
+validation_output:
+  description: What C(dockerd --validate) printed (for example C(configuration OK)), or why it did not run.
+  returned: always
+  type: str
+dockerd_version:
+  description: Version of O(dockerd_binary) (for example C(26.1.5+dfsg1)), or null when not found.
+  returned: always
+  type: str
+"""
+
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config
+from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
+    atomic_write,
+    read_bytes,
+    write_temp_beside,
+)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+
+SEARCH_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"]
+
+
+def find_executable(module, name):
+    """Absolute path of an executable (a bare name is looked up on PATH), or None."""
+    if os.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return module.get_bin_path(name, opt_dirs=SEARCH_DIRS)
+
+
+def decode(module, path, data):
+    if data is None:
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        module.fail_json(msg="%s is not UTF-8 text (byte %d, line %d); dockerd cannot read it either. "
+                             "It was left untouched." % (path, exc.start, line))
+
+
+def dockerd_facts(module):
+    """(dockerd path or None, version or None, whether it has --validate)."""
+    name = module.params["dockerd_binary"]
+    binary = find_executable(module, name)
+    if binary is None:
+        if os.sep in name:
+            module.fail_json(msg="dockerd_binary %s does not exist or is not executable." % name)
+        return None, None, False
+    rc, out, err = module.run_command([binary, "--version"])
+    match = re.search(r"version\s+v?([0-9][^\s,]*)", out + err)
+    version = match.group(1) if match else None
+    rc, out, err = module.run_command([binary, "--help"])
+    return binary, version, "--validate" in out + err
+
+
+def validate(module, dockerd, path, data):
+    """(accepted, output) of `dockerd --validate` on data written beside path."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(directory):
+        candidate = write_temp_beside(path, data, suffix=".json")
+    else:  # first install: the directory is created only when the file is written
+        fd, candidate = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    try:
+        rc, out, err = module.run_command([dockerd, "--validate", "--config-file", candidate])
+    finally:
+        os.unlink(candidate)
+    output = (out + err).strip().replace(candidate, path)
+    return rc == 0, mask_text(output)
+
+
+def keys_written(params):
+    if params["state"] != "present":
+        return set()
+    keys = {"runtimes"}
+    if params["set_as_default"]:
+        keys.add("default-runtime")
+    if params["cdi"]:
+        keys.add("features")
+    return keys
+
+
+def check_flags(module, path):
+    """Fail when dockerd's command line sets a key this edit writes; warn on another --config-file."""
+    try:
+        flags = docker_config.dockerd_flags(module.params["systemd_root"])
+    except (IOError, OSError) as exc:
+        module.warn("Could not read the docker service's unit files: %s" % exc)
+        return
+    for flag in flags:
+        if flag.flag == "--config-file" and os.path.abspath(flag.value) != os.path.abspath(path):
+            module.warn("dockerd is started with --config-file %s (passed by %s), not %s: this edit "
+                        "will not reach that dockerd." % (flag.value, flag.source, path))
+    conflicts = docker_config.conflicting_flags(flags, keys_written(module.params))
+    if conflicts:
+        module.fail_json(msg=docker_config.conflict_message(conflicts, path),
+                         conflicts=[c._asdict() for c in conflicts])
+
+
+def check_request(module):
+    params = module.params
+    if params["name"] in docker_config.RESERVED_RUNTIME_NAMES:
+        module.fail_json(msg="Runtime name %r is reserved by dockerd; choose another name." % params["name"])
+    if params["state"] != "present":
+        return
+    if find_executable(module, params["binary"]) is not None:
+        return
+    if params["set_as_default"] and not params["allow_missing_binary"]:
+        module.fail_json(msg="Refusing to make %r the default runtime: its binary %s is not on this node, "
+                             "so every container would fail to start. Install the NVIDIA Container Toolkit "
+                             "first, or set allow_missing_binary=true if it is installed later (for example "
+                             "in an image build)." % (params["name"], params["binary"]))
+    module.warn("Runtime binary %s is not on this node yet; containers started with --runtime %s will fail "
+                "until it is." % (params["binary"], params["name"]))
+
+
+def plan(module, path, before_text):
+    params = module.params
+    try:
+        after_text = docker_config.edit_daemon_json(
+            before_text, path, params["name"], params["binary"], params["runtime_args"],
+            params["set_as_default"], params["cdi"], params["state"])
+        after_data = docker_config.parse_daemon_json(after_text, path)
+    except docker_config.DockerConfigError as exc:
+        module.fail_json(msg=str(exc))
+    return after_text, after_data
+
+
+def write(module, path, before_bytes, after_bytes):
+    # Someone else may have edited the file while this run computed its change.
+    if read_bytes(path) != before_bytes:
+        module.fail_json(msg="%s changed while it was being edited; nothing was written. Run again." % path)
+    return atomic_write(module, path, after_bytes, backup=module.params["backup"], mode=0o644)
+
+
+def run_module(module):
+    params = module.params
+    path = params["path"]
+    check_request(module)
+    before_bytes = read_bytes(path)
+    before_text = decode(module, path, before_bytes)
+    after_text, after_data = plan(module, path, before_text)
+    changed = after_text != before_text
+    if params["state"] == "present":
+        check_flags(module, path)
+
+    dockerd, version, can_validate = dockerd_facts(module)
+    after_bytes = after_text.encode("utf-8")
+    validated, output = False, "no change to validate"
+    if changed and not params["validate"]:
+        output = "validation turned off (validate=false)"
+    elif changed and dockerd is None:
+        output = "dockerd not found; candidate not validated"
+    elif changed and not can_validate:
+        output = "dockerd %s has no --validate (Docker 23 and later have it)" % version
+    elif changed:
+        validated, output = validate(module, dockerd, path, after_bytes)
+        if not validated:
+            module.fail_json(msg="dockerd rejected the new %s; the file was left untouched: %s" % (path, output),
+                             validated=False, validation_output=output, dockerd_version=version,
+                             diff=diff(path, before_text, after_text))
+
+    backup_file = None
+    if changed and not module.check_mode:
+        backup_file = write(module, path, before_bytes, after_bytes)
+
+    runtime = docker_config.runtime_entry(after_data, params["name"])
+    return dict(
+        changed=changed,
+        path=path,
+        diff=diff(path, before_text, after_text),
+        backup_file=backup_file,
+        runtime=mask_data(runtime) if runtime is not None else None,
+        default_runtime=after_data.get("default-runtime"),
+        validated=validated,
+        validation_output=output,
+        dockerd_version=version,
+    )
+
+
+def diff(path, before, after):
+    return {"before": mask_text(before), "after": mask_text(after),
+            "before_header": path, "after_header": path}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/etc/docker/daemon.json"),
+            name=dict(type="str", default="nvidia"),
+            binary=dict(type="str", default="nvidia-container-runtime"),
+            runtime_args=dict(type="list", elements="str", default=[]),
+            set_as_default=dict(type="bool", default=False),
+            allow_missing_binary=dict(type="bool", default=False),
+            cdi=dict(type="bool", default=False),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            backup=dict(type="bool", default=False),
+            validate=dict(type="bool", default=True),
+            dockerd_binary=dict(type="str", default="dockerd"),
+            systemd_root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(**run_module(module))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""In-place editing of containerd config.toml (controller side, no daemon)."""
+import difflib
+import os
+
+import pytest
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import MASK, mask_text
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
+    ConfigError,
+    _pruned,
+    parse,
+    plan_runtime_edit,
+)
+
+CORPUS = os.path.join(os.path.dirname(__file__), "corpus", "containerd")
+BAD = os.path.join(os.path.dirname(__file__), "corpus", "containerd-bad")
+CONFIGS = sorted(os.listdir(CORPUS))
+BINARY = "/usr/bin/nvidia-container-runtime"
+CRI = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+def read(name, folder=CORPUS):
+    with open(os.path.join(folder, name)) as handle:
+        return handle.read()
+
+
+def runtimes(data, version):
+    return data["plugins"][CRI[version]]["containerd"]["runtimes"]
+
+
+def removed_lines(before, after):
+    """Lines of `before` that the edit deleted or rewrote."""
+    diff = difflib.ndiff(before.splitlines(True), after.splitlines(True))
+    return [line[2:] for line in diff if line.startswith("- ")]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("options", [{}, {"set_as_default": True, "cdi": True}])
+def test_apply_keeps_every_other_line_and_is_idempotent(name, options):
+    text = read(name)
+    plan = plan_runtime_edit(text, name, binary=BINARY, **options)
+    assert plan.changed
+    # Only the lines of intended keys may be rewritten; none may disappear.
+    for line in removed_lines(text, plan.text):
+        assert any(key in line for key in ("default_runtime_name", "BinaryName", "enable_cdi")), line
+    again = plan_runtime_edit(plan.text, name, binary=BINARY, **options)
+    assert again.text == plan.text
+    assert not again.changed
+    assert runtimes(plan.data, plan.version)["nvidia"]["options"]["BinaryName"] == BINARY
+
+
+@pytest.mark.parametrize("name", [c for c in CONFIGS if "nvidia" not in c])
+def test_present_then_absent_restores_bytes(name):
+    text = read(name)
+    added = plan_runtime_edit(text, name, binary=BINARY)
+    removed = plan_runtime_edit(added.text, name, state="absent")
+    assert removed.text == text
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_present_default_then_absent_restores_effective_data(name):
+    text = read(name)
+    original = parse(text, name)
+    added = plan_runtime_edit(text, name, binary=BINARY, set_as_default=True)
+    removed = plan_runtime_edit(added.text, name, state="absent")
+    data = removed.data
+    if "nvidia" in name:  # the seed's own nvidia default falls back to the runtime pods used: runc
+        del runtimes(original, 2)["nvidia"]
+        original["plugins"][CRI[2]]["containerd"]["default_runtime_name"] = "runc"
+    else:
+        cri = data.get("plugins", {}).get(CRI[removed.version], {}).get("containerd", {})
+        # containerd's built-in default is runc: naming it explicitly changes nothing.
+        if cri.get("default_runtime_name") == "runc" and "default_runtime_name" not in str(text):
+            del cri["default_runtime_name"]
+    assert _pruned(data) == _pruned(original)
+
+
+def test_new_runtime_copies_the_runtime_pods_use_today():
+    plan = plan_runtime_edit(read("v2-commented.toml"), "x", binary=BINARY)
+    table = runtimes(plan.data, 2)["nvidia"]
+    assert table == {
+        "runtime_type": "io.containerd.runc.v2",
+        "privileged_without_host_devices": False,
+        "options": {"SystemdCgroup": True, "BinaryName": BINARY},
+    }
+    assert plan.source_runtime == "runc"
+
+
+def test_new_table_sits_after_the_source_runtime_in_the_same_style():
+    text = read("v2-commented.toml")
+    plan = plan_runtime_edit(text, "x", binary=BINARY)
+    block = (
+        "\n"
+        '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        '          runtime_type = "io.containerd.runc.v2"\n'
+        "          privileged_without_host_devices = false\n"
+        "\n"
+        '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        "            SystemdCgroup = true\n"
+        '            BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+    )
+    anchor = "SystemdCgroup = true   # kubelet uses the systemd cgroup driver\n"
+    assert plan.text == text.replace(anchor, anchor + block)
+
+
+def test_seed_nvidia_default_is_updated_not_duplicated():
+    text = read("seed-nvidia-default.toml")
+    plan = plan_runtime_edit(text, "x", binary=BINARY)
+    assert plan.text.count("runtimes.nvidia]") == 1
+    table = runtimes(plan.data, 2)["nvidia"]
+    assert table["options"] == {"BinaryName": BINARY, "SystemdCgroup": True}
+    # Copied from runc, since the default (nvidia) is itself an nvidia runtime.
+    assert plan.source_runtime == "runc"
+    # set_as_default: false does not demote the existing default.
+    assert plan.default_runtime == "nvidia"
+    assert removed_lines(text, plan.text) == [
+        '  BinaryName = "/usr/local/nvidia/toolkit/nvidia-container-runtime"\n'
+    ]
+
+
+def test_default_runtime_other_than_runc_is_the_source():
+    text = read("v3-containerd2.toml").replace("default_runtime_name = 'runc'", "default_runtime_name = 'crun'")
+    text += "\n        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.crun]\n" \
+            "          runtime_type = 'io.containerd.runc.v2'\n" \
+            "          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.crun.options]\n" \
+            "            BinaryName = '/usr/bin/crun'\n            SystemdCgroup = false\n"
+    plan = plan_runtime_edit(text, "x", binary=BINARY)
+    assert plan.source_runtime == "crun"
+    assert runtimes(plan.data, 3)["nvidia"]["options"] == {"BinaryName": BINARY, "SystemdCgroup": False}
+    assert "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]" in plan.text
+
+
+def test_v1_uses_plugin_cri():
+    plan = plan_runtime_edit(read("v1-legacy.toml"), "x", binary=BINARY, set_as_default=True)
+    assert plan.version == 1 and plan.cri_plugin == "cri"
+    assert plan.data["plugins"]["cri"]["containerd"]["default_runtime_name"] == "nvidia"
+
+
+@pytest.mark.parametrize("containerd_version,version", [
+    ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", 2),
+    ("containerd github.com/containerd/containerd/v2 2.1.9+unknown", 3),
+    (None, 2),
+])
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"])
+def test_missing_or_empty_file_gets_version_of_installed_containerd(text, containerd_version, version):
+    plan = plan_runtime_edit(text, "x", binary=BINARY, containerd_version=containerd_version)
+    assert plan.data["version"] == version
+    assert runtimes(plan.data, version)["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": BINARY}}
+    assert plan.text.startswith(text)
+
+
+def test_absent_default_falls_back_to_runc():
+    text = read("seed-nvidia-default.toml")
+    plan = plan_runtime_edit(text, "x", state="absent")
+    assert "nvidia" not in runtimes(plan.data, 2)
+    assert plan.default_runtime == "runc"
+    assert 'default_runtime_name = "runc"' in plan.text
+
+
+def test_absent_when_missing_changes_nothing():
+    text = read("v2-commented.toml")
+    assert not plan_runtime_edit(text, "x", state="absent").changed
+
+
+def test_cdi_sets_enable_cdi_in_the_runtime_plugin():
+    plan = plan_runtime_edit(read("v3-containerd2.toml"), "x", binary=BINARY, cdi=True)
+    assert plan.data["plugins"]["io.containerd.cri.v1.runtime"]["enable_cdi"] is True
+    assert "    enable_cdi = true\n" in plan.text
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("malformed.toml", r"malformed.toml: line \d+, column \d+"),
+    ("duplicate-table.toml", r"duplicate-table.toml: line 5, column \d+"),
+    ("version-string.toml", r"version-string.toml: line 2: `version` must be an integer"),
+    ("cri-disabled.toml", r"cri-disabled.toml: line 2: disabled_plugins lists \"cri\".*Kubernetes cannot use it"),
+])
+def test_bad_input_fails_clearly(name, expected):
+    with pytest.raises(ConfigError, match=expected) as err:
+        plan_runtime_edit(read(name, BAD), name, binary=BINARY)
+    assert "left unchanged" in str(err.value)
+
+
+def test_credentials_are_masked_in_text():
+    masked = mask_text(read("seed-nvidia-default.toml"))
+    assert "s3cr3t-registry-password" not in masked
+    assert "cHVsbGVyOnMzY3IzdA==" not in masked
+    assert 'password = "%s"' % MASK in masked
+    assert 'username = "puller"' in masked
