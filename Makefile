@@ -23,3 +23,12 @@ integration: bootstrap
 
 test: bootstrap
 	$(PY) -m pytest -q tests/unit tests/integration
+
+demo:
+	demo/run.sh
+
+demo-clean:
+	docker rm -f gpunode-demo >/dev/null 2>&1 || true
+
+molecule: bootstrap
+	cd $(REPO) && $(VENV)/bin/molecule test --all

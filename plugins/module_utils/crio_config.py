@@ -28,7 +28,7 @@ HEADER = (
     "# Remove it with the module (state: absent) rather than by hand; restart crio afterwards.\n"
 )
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_TABLE = re.compile(r"^\s*\[(?!\[)(?P<name>[^\]]*)\]\s*(?:#.*)?$")
+_TABLE = re.compile(r"^\s*\[\[?(?P<name>[^\]]*)\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r"""^\s*(?P<key>(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=\s*(?P<value>.*)$""")
 _STRING = re.compile(r"""^\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""")
 

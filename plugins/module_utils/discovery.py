@@ -585,6 +585,8 @@ def _no_rule(node, instance):
 
 
 def _rule_microk8s(node, instance):
+    # Name files through `current`, not a revision: a snap refresh moves to a new revision directory.
+    instance["config_path"] = re.sub(r"^/var/snap/microk8s/[^/]+/", MICROK8S_DATA + "/", instance["config_path"])
     instance.update(edit_path=os.path.dirname(instance["config_path"]) + "/containerd-template.toml",
                     edit_mode="template", regenerated_by="microk8s")
     if instance["config_version"] is None:
@@ -606,8 +608,6 @@ def _rule_rancher(node, instance):
         template = v3 if (instance["config_version"] or 0) >= 3 else v2
     instance.update(edit_path=template, edit_mode="template", regenerated_by=name,
                     nvidia_autodetect=True, platform_config="/etc/rancher/%s/config.yaml" % name)
-    if instance["config_version"] is None:
-        instance["config_version"] = toml_top_version(node.read(template))
     instance["notes"].append(
         "%s rewrites config.toml at every start from its built-in template, adding an 'nvidia' runtime by "
         "itself when /usr/bin/nvidia-container-runtime exists; a custom template must start with "
@@ -672,9 +672,9 @@ def k8s_snap_args(node):
     return split_args(node.read(K8S_SNAP_ARGS + "/containerd"))
 
 
-def microk8s_args(node, name):
-    return split_args(node.read("%s/args/%s" % (MICROK8S_DATA, name)),
-                      {"SNAP_DATA": MICROK8S_DATA, "SNAP_COMMON": MICROK8S_COMMON})
+def microk8s_args(node, name, snap_data=MICROK8S_DATA):
+    return split_args(node.read("%s/args/%s" % (snap_data, name)),
+                      {"SNAP_DATA": snap_data, "SNAP_COMMON": MICROK8S_COMMON})
 
 
 def rancher_defaults(name, argv=None):
@@ -896,6 +896,9 @@ def restart_hint(instance):
                     note="the embedded kubelet restarts too; config.toml is regenerated from the template")
     elif platform == "docker-managed":
         hint.update(method="none", note="restart dockerd instead; this containerd belongs to it")
+    elif instance["kind"] == "docker" and not service and instance["pid"]:
+        hint.update(method="signal", command="kill -s HUP %d" % instance["pid"],
+                    note="dockerd is not run by a service here; it re-reads runtimes on SIGHUP")
     elif instance["kind"] == "docker":
         hint.update(command="systemctl reload %s" % _short(service or "docker.service"), method="systemd-reload",
                     note="dockerd re-reads runtimes on SIGHUP (ExecReload)")
@@ -919,13 +922,12 @@ def kubelet(node, procs=None):
     procs = processes(node) if procs is None else procs
     facts = {"running": False, "pid": None, "binary": None, "installed": False, "platform": None,
              "embedded_in": None, "endpoint": None, "endpoint_socket": None, "endpoint_source": None,
-             "endpoint_origin": None, "config_path": None, "cgroup_driver": None,
+             "endpoint_origin": None, "config_path": None, "config_dir": None, "cgroup_driver": None,
              "legacy_container_runtime": None, "flag_sources": []}
     sources = _running_kubelet(node, procs, facts) or _installed_kubelet(node, facts)
     facts["installed"] = facts["installed"] or facts["running"] or bool(sources)
     _apply_flags(facts, sources)
-    if facts["endpoint"] is None:
-        _apply_config_file(node, facts)
+    _apply_config_file(node, facts)
     if facts["endpoint"] is None and facts["installed"]:
         _apply_default_endpoint(facts)
     facts["endpoint_socket"] = normalize_socket(facts["endpoint"])
@@ -947,8 +949,7 @@ def _running_kubelet(node, procs, facts):
             args_file = flag_value(proc["argv"], ("--kubelet-args-file",)) or MICROK8S_DATA + "/args/kubelet"
             facts.update(running=True, pid=proc["pid"], binary=proc["argv"][0], platform="microk8s",
                          embedded_in="kubelite")
-            return [(args_file, microk8s_args(node, "kubelet") if args_file.startswith(MICROK8S_DATA)
-                     else split_args(node.read(args_file)))]
+            return [(args_file, microk8s_args(node, "kubelet", os.path.dirname(os.path.dirname(args_file))))]
     for proc in procs:
         if proc["name"] in ("k3s", "rke2") and len(proc["argv"]) > 1 and proc["argv"][1] in ("server", "agent"):
             facts.update(running=True, pid=proc["pid"], binary=proc["argv"][0], platform=proc["name"],
@@ -1028,31 +1029,30 @@ def _apply_flags(facts, sources):
             value = flag_value(argv, names)
             if value:
                 facts[key] = value
-        config_dir = flag_value(argv, ("--config-dir",))
-        if config_dir:
-            facts["config_dir"] = config_dir
+        facts["config_dir"] = flag_value(argv, ("--config-dir",)) or facts["config_dir"]
     if facts["legacy_container_runtime"] == "remote":
         facts["legacy_container_runtime"] = None
 
 
 def _apply_config_file(node, facts):
-    """containerRuntimeEndpoint / cgroupDriver from the KubeletConfiguration file and its drop-ins."""
+    """containerRuntimeEndpoint (unless a flag set it) and cgroupDriver from the KubeletConfiguration
+    file and its --config-dir drop-ins (later files win)."""
     candidates = [facts["config_path"]] if facts["config_path"] else [
         "/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet/config.json",
         "/etc/kubernetes/kubelet/kubelet-config.json"]
     files = [p for p in candidates if p and node.isfile(p)][:1]
-    if facts.get("config_dir"):
+    if facts["config_dir"]:
         files += sorted(node.glob(facts["config_dir"], "*.conf")) + sorted(node.glob(facts["config_dir"], "*.json"))
+    config_cgroup = None
     for path in files:
         if facts["config_path"] is None:
             facts["config_path"] = path
         text = node.read(path) or ""
         endpoint = _config_key(text, "containerRuntimeEndpoint")
-        if endpoint:
+        if endpoint and facts["endpoint_source"] in (None, "config"):  # flags win
             facts.update(endpoint=endpoint, endpoint_source="config", endpoint_origin=path)
-        cgroup = _config_key(text, "cgroupDriver")
-        if cgroup and facts["cgroup_driver"] is None:
-            facts["cgroup_driver"] = cgroup
+        config_cgroup = _config_key(text, "cgroupDriver") or config_cgroup
+    facts["cgroup_driver"] = facts["cgroup_driver"] or config_cgroup  # a --cgroup-driver flag wins
     if files:
         facts["installed"] = True
 

@@ -197,6 +197,8 @@ class ElfFile(object):
 
     def _chain(self, data, fmt, count, pick):
         """Walk a verneed/verdef chain: yields pick(fields) with the absolute aux offset."""
+        if not data:
+            return
         size = struct.calcsize(fmt)
         offset = 0
         for _ in range(min(count or MAX_ENTRIES, MAX_ENTRIES)):

@@ -445,3 +445,32 @@ def running_containerd(release, images=("pause", "vectoradd", "vectoradd-fail"),
         for name in images:
             ctrd.import_image(tarballs[name])
         yield ctrd
+
+
+Workload = collections.namedtuple("Workload", "sandbox_id container_id exit_code reason output seconds")
+
+
+def run_workload(ctrd, handler, image, name="workload", envs=None, timeout=60):
+    """Run IMAGE to completion in a new host-network sandbox through runtime HANDLER, as
+    kubelet would; remove both afterwards. Returns a Workload (output is the container log)."""
+    client = ctrd.client(timeout=timeout)
+    uid = "%s-%d" % (name, time.time() * 1e6)
+    log_dir = os.path.join(ctrd.pod_logs, uid)
+    os.makedirs(log_dir)
+    sandbox = cri.sandbox_config(name, uid, namespace="gpunode-test", log_directory=log_dir)
+    started = time.time()
+    sandbox_id = client.run_pod_sandbox(sandbox, handler)
+    container_id = None
+    try:
+        config = cri.container_config(name, image, envs=envs, log_path=name + ".log")
+        container_id = client.create_container(sandbox_id, config, sandbox)
+        client.start_container(container_id)
+        status = client.wait_container_exit(container_id, timeout)
+        output = cri.read_container_log(os.path.join(log_dir, name + ".log"))
+        return Workload(sandbox_id, container_id, status["exit_code"], status["reason"], output,
+                        time.time() - started)
+    finally:
+        if container_id:
+            _ignore_errors(client.remove_container, container_id)
+        _ignore_errors(client.stop_pod_sandbox, sandbox_id)
+        _ignore_errors(client.remove_pod_sandbox, sandbox_id)

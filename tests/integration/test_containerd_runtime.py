@@ -1,0 +1,148 @@
+"""gpunode.nvidia.containerd_runtime against real containerd 1.6.20, 1.7.24 and 2.1.9.
+
+Each version runs as a private daemon on its own socket. Before the change, a
+CRI RunPodSandbox through the `nvidia` handler fails exactly as in incident
+I1; after the module and a restart, the live daemon lists the runtime and a
+sandbox starts through it. The runtime binary is a STAND-IN
+(tests/testbed/stand-ins/nvidia-container-runtime: records its call, execs runc).
+"""
+import difflib
+import os
+import re
+import subprocess
+import uuid
+
+import pytest
+
+import daemons
+from ansible_runner import run_module
+from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import flatten, load_dump
+
+RELEASES = list(daemons.CONTAINERD_RELEASES)
+IDS = ["containerd-%s" % v for v in daemons.CONTAINERD_RELEASES.values()]
+MODULE = "gpunode.nvidia.containerd_runtime"
+
+
+def configure(ctrd, **args):
+    args.setdefault("path", ctrd.config_path)
+    args.setdefault("binary", daemons.STANDIN_RUNTIME)
+    return run_module(MODULE, args, path_prepend=[ctrd.dist.bin_dir])
+
+
+def run_sandbox(ctrd, handler):
+    client = ctrd.client()
+    config = cri.sandbox_config("probe-%s" % handler, str(uuid.uuid4()), log_directory=ctrd.pod_logs)
+    sandbox_id = client.run_pod_sandbox(config, runtime_handler=handler)
+    client.stop_pod_sandbox(sandbox_id)
+    client.remove_pod_sandbox(sandbox_id)
+    return sandbox_id
+
+
+@pytest.fixture
+def node(private_containerd, standin_images, request):
+    ctrd = private_containerd(request.param)
+    ctrd.start(ctrd.minimal_config())
+    ctrd.import_image(standin_images["pause"])
+    return ctrd
+
+
+@pytest.mark.parametrize("node", RELEASES, ids=IDS, indirect=True)
+def test_runtime_reaches_the_live_daemon(node):
+    before = node.read_config()
+    with pytest.raises(cri.CRIError, match='no runtime for "nvidia" is configured'):
+        run_sandbox(node, "nvidia")
+
+    result = configure(node)
+    assert result["changed"] and result["validated"], result
+    assert any("runtimes.nvidia" in key for key in result["effective_changes"])
+    after = node.read_config()
+    # Only lines were added: nothing of the original moved, changed or went away.
+    assert [l for l in difflib.ndiff(before.splitlines(True), after.splitlines(True)) if l[0] == "-"] == []
+
+    node.restart()
+    runtimes = cri.runtimes_from_status(node.client().status(verbose=True))
+    assert runtimes["nvidia"]["binary_name"] == daemons.STANDIN_RUNTIME
+    run_sandbox(node, "nvidia")
+    assert any("create" in line for line in node.standin_invocations())
+
+    again = configure(node)
+    assert not again["changed"]
+    assert node.read_config() == after
+
+
+@pytest.mark.parametrize("node", RELEASES, ids=IDS, indirect=True)
+def test_check_mode_writes_nothing(node):
+    before = node.read_config()
+    result = run_module(MODULE, {"path": node.config_path, "binary": daemons.STANDIN_RUNTIME},
+                        path_prepend=[node.dist.bin_dir], check=True, diff=True)
+    assert result["changed"] and result["validated"]
+    assert "runtimes.nvidia" in result["diff"]["after"]
+    assert node.read_config() == before
+
+
+@pytest.mark.parametrize("node", RELEASES, ids=IDS, indirect=True)
+def test_present_then_absent_restores_effective_config(node):
+    dump = [node.dist.containerd, "--config", node.config_path, "config", "dump"]
+    original = subprocess.run(dump, stdout=subprocess.PIPE, check=True).stdout
+    assert configure(node, set_as_default=True, cdi=True)["changed"]
+    removed = configure(node, state="absent")
+    assert removed["changed"] and removed["validated"]
+    restored = subprocess.run(dump, stdout=subprocess.PIPE, check=True).stdout
+    before, after = flatten(load_dump(original.decode())), flatten(load_dump(restored.decode()))
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    # enable_cdi is left as set by design (other runtimes may use CDI); everything else is back.
+    assert [k for k in changed if k[-1] != "enable_cdi"] == []
+
+
+def hazard_files(ctrd):
+    """Main file + a drop-in that holds only the nvidia runtime: the containerd 1.x trap."""
+    dropins = os.path.join(os.path.dirname(ctrd.config_path), "conf.d")
+    os.makedirs(dropins, exist_ok=True)
+    runtime_plugin = daemons.cri_tables(ctrd.dist)[0]
+    with open(os.path.join(dropins, "99-nvidia.toml"), "w") as handle:
+        handle.write("version = %d\n[%s.containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+                     % (ctrd.dist.config_version, runtime_plugin))
+    main = ctrd.minimal_config().replace(
+        "version = %d\n" % ctrd.dist.config_version,
+        'version = %d\nimports = ["%s/*.toml"]\n' % (ctrd.dist.config_version, dropins))
+    ctrd.write_config(main)
+    return main
+
+
+@pytest.mark.parametrize("node", RELEASES, ids=IDS, indirect=True)
+def test_guard_catches_the_1x_dropin_hazard(node):
+    main = hazard_files(node)
+    result = configure(node, set_as_default=True)
+    if node.dist.major >= 2:
+        # containerd 2.x merges imports deeply: the edit is safe and takes effect.
+        assert result["changed"] and result["validated"], result
+        return
+    assert result.get("failed"), result
+    assert "nothing was written" in result["msg"]
+    assert "imported file replaces the whole CRI plugin table" in result["msg"]
+    assert node.read_config() == main
+
+
+@pytest.mark.parametrize("node", ["bookworm", "sid"], ids=["containerd-1.6.20", "containerd-2.1.9"], indirect=True)
+def test_config_containerd_cannot_load_is_left_untouched(node):
+    # Valid TOML, but containerd refuses it: the module must not build on a broken file.
+    text = node.read_config().replace("\nroot = ", '\noom_score = "high"\nroot = ', 1)
+    node.write_config(text)
+    result = configure(node)
+    assert result.get("failed")
+    assert "containerd cannot load the current file" in result["msg"]
+    assert re.search(r"\(3, 1\)|row 3", result["msg"])  # containerd's own position of the bad line
+    assert node.read_config() == text
+
+
+@pytest.mark.parametrize("node", ["bookworm"], ids=["containerd-1.6.20"], indirect=True)
+def test_default_to_missing_binary_is_refused(node):
+    before = node.read_config()
+    result = configure(node, binary="/nonexistent/nvidia-container-runtime", set_as_default=True)
+    assert result.get("failed")
+    assert "every pod" in result["msg"]
+    assert node.read_config() == before
+    forced = configure(node, binary="/nonexistent/nvidia-container-runtime", set_as_default=True,
+                       allow_missing_binary=True)
+    assert forced["changed"]

@@ -1,0 +1,485 @@
+"""gpu_node_facts over fake node trees: one tree per platform of the field guide (table 3).
+
+The trees (tests/unit/node_trees.py) hold the platforms' real file layouts;
+their processes are stand-ins (/proc entries, no daemon behind them).
+"""
+
+import json
+import os
+import sqlite3
+import struct
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import node_trees  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.modules import gpu_node_facts  # noqa: E402
+
+
+def facts_for(tmp_path, name):
+    _tree, expect = node_trees.build(name, tmp_path)
+    return discovery.gather(str(tmp_path)), expect
+
+
+def by_id(facts, instance_id):
+    return next(i for i in facts["runtimes"] if i["id"] == instance_id)
+
+
+# --- every platform: the right target, file, socket and version ---------------------------------------
+
+@pytest.mark.parametrize("name", sorted(node_trees.PLATFORMS))
+def test_platform_target(tmp_path, name):
+    facts, expect = facts_for(tmp_path, name)
+    target = facts["target"]
+    assert target is not None, facts["target_reason"]
+    assert target["id"] == expect["target"], facts["target_reason"]
+    assert target["platform"] == expect["platform"]
+    assert target["edit_path"] == expect["edit_path"]
+    assert target["edit_mode"] == expect["edit_mode"]
+    assert target["config_version"] == expect["config_version"]
+    assert target["restart"]["command"] == expect["restart"]
+    assert target["selected_by"] == expect.get("selected_by", "kubelet")
+    assert len(facts["runtimes"]) == expect["instances"], [i["id"] for i in facts["runtimes"]]
+    assert sum(1 for i in facts["runtimes"] if i["is_target"]) == 1
+    for key in ("dropin_dir", "regenerated_by", "version"):
+        if key in expect:
+            assert target[key] == expect[key]
+    kubelet = facts["kubelet"]
+    assert kubelet["endpoint_source"] == expect["endpoint_source"]
+    origin = expect["endpoint_origin"]
+    if origin is None:
+        assert kubelet["endpoint_origin"] is None
+    else:
+        assert (kubelet["endpoint_origin"] or "").startswith(origin), kubelet
+    if target["selected_by"] == "kubelet":
+        assert target["used_by_kubelet"]
+        assert discovery.normalize_socket(kubelet["endpoint"]) in (
+            discovery.normalize_socket(target["socket"]), discovery.normalize_socket(target["cri_socket"]))
+
+
+def test_i2_configures_the_snap_containerd_and_reports_the_other(tmp_path):
+    facts, expect = facts_for(tmp_path, "i2-snap-and-distro")
+    snap = facts["target"]
+    assert snap["config_path"] == "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml"
+    assert snap["socket"] == "/var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock"
+    assert snap["service"] == "snap.k8s.containerd.service"
+    assert snap["running"] and snap["pid"]
+    other = by_id(facts, expect["other"])
+    assert other["platform"] == "distro" and other["service"] == "containerd.service"
+    assert other["config_path"] == "/etc/containerd/config.toml"
+    assert other["running"] and not other["is_target"] and not other["used_by_kubelet"]
+    assert "/var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock" in facts["target_reason"]
+    assert "snap.k8s.containerd.service" in facts["target_reason"]
+
+
+def test_three_instances_docker_uses_the_distro_containerd(tmp_path):
+    facts, _expect = facts_for(tmp_path, "three-instances")
+    distro = by_id(facts, "containerd:/run/containerd/containerd.sock")
+    assert distro["used_by"] == ["docker"]
+    assert facts["target"]["platform"] == "k8s-snap"
+
+
+def test_docker_managed_containerd_is_reported_not_targeted(tmp_path):
+    facts, _expect = facts_for(tmp_path, "docker-managed-containerd")
+    private = by_id(facts, "containerd:/var/run/docker/containerd/containerd.sock")
+    assert private["platform"] == "docker-managed"
+    assert private["edit_path"] is None and private["regenerated_by"] == "dockerd"
+    assert private["used_by"] == ["docker"]
+
+
+def test_microk8s_never_edits_the_generated_file(tmp_path):
+    facts, _expect = facts_for(tmp_path, "microk8s")
+    target = facts["target"]
+    assert target["config_path"] == "/var/snap/microk8s/current/args/containerd.toml"
+    assert target["edit_path"].endswith("containerd-template.toml")
+    assert target["regenerated_by"] == "microk8s"
+    assert facts["kubelet"]["embedded_in"] == "kubelite"
+    assert facts["kubelet"]["endpoint_socket"] == "/var/snap/microk8s/common/run/containerd.sock"
+
+
+def test_k3s_notes_explain_regeneration_and_autodetection(tmp_path):
+    facts, _expect = facts_for(tmp_path, "k3s")
+    target = facts["target"]
+    assert target["regenerated_by"] == "k3s" and target["nvidia_autodetect"]
+    assert target["platform_config"] == "/etc/rancher/k3s/config.yaml"
+    assert target["restart"]["also_restarts"] == ["kubelet"]
+    assert '{{ template "base" . }}' in " ".join(target["notes"])
+    assert facts["kubelet"]["embedded_in"] == "k3s" and facts["kubelet"]["running"]
+
+
+def test_k3s_with_an_external_runtime_has_no_embedded_containerd(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.unit("k3s.service", "/usr/local/bin/k3s server --container-runtime-endpoint unix:///run/crio/crio.sock",
+              directory="/etc/systemd/system")
+    tree.unit("crio.service", "/usr/bin/crio")
+    facts = discovery.gather(str(tmp_path))
+    assert [i["kind"] for i in facts["runtimes"]] == ["crio"]
+    assert facts["kubelet"]["endpoint"] == "unix:///run/crio/crio.sock"
+    assert facts["target"]["kind"] == "crio"
+
+
+def test_eks_al2023_reports_nodeadm_and_no_file_to_edit(tmp_path):
+    facts, _expect = facts_for(tmp_path, "eks-al2023")
+    target = facts["target"]
+    assert target["edit_path"] is None and target["regenerated_by"] == "nodeadm"
+    assert "NodeConfig" in " ".join(target["notes"])
+    assert facts["kubelet"]["cgroup_driver"] == "systemd"
+
+
+def test_eks_al2_kubelet_flags_from_the_unit_and_its_drop_in(tmp_path):
+    facts, _expect = facts_for(tmp_path, "eks-al2")
+    kubelet = facts["kubelet"]
+    assert not kubelet["running"] and kubelet["installed"]
+    assert kubelet["config_path"] == "/etc/kubernetes/kubelet/kubelet-config.json"
+    assert "/etc/systemd/system/kubelet.service.d/10-kubelet-args.conf" in kubelet["flag_sources"]
+    assert kubelet["cgroup_driver"] == "systemd"
+
+
+# --- target edge cases -------------------------------------------------------------------------------------
+
+def test_ambiguous_without_kubelet_gives_no_target(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree, running=False)
+    node_trees._k8s_snap(tree, "/var/lib/k8s-containerd/k8s-containerd", running=False)
+    os.remove(tree.local("/var/snap/k8s/common/args/kubelet"))
+    os.remove(tree.local("/etc/systemd/system/snap.k8s.kubelet.service"))
+    facts = discovery.gather(str(tmp_path))
+    assert facts["target"] is None
+    assert "2 runtime instances" in facts["target_reason"]
+    assert not facts["kubelet"]["installed"]
+
+
+def test_only_running_instance_wins_without_kubelet(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree, running=False)
+    node_trees._k8s_snap(tree, "/var/lib/k8s-containerd/k8s-containerd")
+    os.remove(tree.local("/var/snap/k8s/common/args/kubelet"))
+    os.remove(tree.local("/etc/systemd/system/snap.k8s.kubelet.service"))
+    for pid in os.listdir(tree.local("/proc")):
+        if "kubelet" in open(tree.local("/proc/%s/cmdline" % pid)).read():
+            os.remove(tree.local("/proc/%s/cmdline" % pid))
+    facts = discovery.gather(str(tmp_path))
+    assert facts["target"]["platform"] == "k8s-snap"
+    assert facts["target"]["selected_by"] == "only-running"
+
+
+def test_kubelet_on_a_socket_nobody_serves(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree)
+    node_trees._kubeadm_kubelet(tree, endpoint="unix:///run/k3s/containerd/containerd.sock")
+    facts = discovery.gather(str(tmp_path))
+    assert facts["target"] is None
+    assert "no runtime instance on this node serves that socket" in facts["target_reason"]
+    assert "/run/k3s/containerd/containerd.sock" in facts["target_reason"]
+
+
+def test_no_runtime_at_all(tmp_path):
+    facts = discovery.gather(str(tmp_path))
+    assert facts["runtimes"] == [] and facts["target"] is None
+    assert facts["target_reason"] == "no container runtime found on this node"
+
+
+def test_legacy_container_runtime_docker_flag(tmp_path):
+    """Incident I3: kubelet still started with --container-runtime docker (dockershim)."""
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree)
+    tree.unit("docker.service", "/usr/bin/dockerd -H unix:///var/run/docker.sock")
+    tree.process(["/usr/bin/dockerd", "-H", "unix:///var/run/docker.sock"], service="docker.service")
+    tree.process(["/usr/bin/kubelet", "--container-runtime", "docker", "--config=/var/lib/kubelet/config.yaml"],
+                 service="kubelet.service")
+    facts = discovery.gather(str(tmp_path))
+    assert facts["kubelet"]["legacy_container_runtime"] == "docker"
+    assert facts["kubelet"]["endpoint_source"] == "legacy-dockershim"
+    assert facts["target"]["kind"] == "docker"
+
+
+def test_remote_container_runtime_flag_is_not_legacy(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree)
+    tree.process(["/usr/bin/kubelet", "--container-runtime=remote",
+                  "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"])
+    facts = discovery.gather(str(tmp_path))
+    assert facts["kubelet"]["legacy_container_runtime"] is None
+    assert facts["target"]["id"] == "containerd:/run/containerd/containerd.sock"
+
+
+def test_flag_wins_over_config_file(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree)
+    node_trees._kubeadm_kubelet(tree, endpoint="unix:///run/containerd/containerd.sock",
+                                config_endpoint="unix:///run/other.sock")
+    facts = discovery.gather(str(tmp_path))
+    assert facts["kubelet"]["endpoint_source"] == "flag"
+    assert facts["target"] is not None
+
+
+def test_kubelet_installed_without_any_endpoint_uses_the_kubelet_default(tmp_path):
+    """An image bake before `kubeadm join`: kubelet package installed, no flags yet."""
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree, running=False)
+    tree.file("/usr/bin/kubelet", "stand-in", mode=0o755)
+    facts = discovery.gather(str(tmp_path))
+    assert facts["kubelet"]["installed"] and not facts["kubelet"]["running"]
+    assert facts["kubelet"]["endpoint_source"] == "kubelet-default"
+    assert facts["target"]["selected_by"] == "kubelet"
+
+
+def test_socket_given_in_containerd_config_grpc_section(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree, socket="/run/custom/containerd.sock")
+    tree.process(["/usr/bin/kubelet", "--container-runtime-endpoint=unix:///var/run/custom/containerd.sock"])
+    facts = discovery.gather(str(tmp_path))
+    assert facts["target"]["socket"] == "/run/custom/containerd.sock"
+
+
+# --- GPUs, driver, glibc, toolkit ----------------------------------------------------------------------------
+
+def test_gpus_from_sysfs(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.gpu("0000:65:00.0", device="0x2330", pci_class="0x030200", driver="nvidia")
+    tree.gpu("0000:17:00.0", device="0x1eb8", pci_class="0x030000", driver=None)
+    tree.pci("0000:65:00.1", "0x10de", "0x22ba", "0x040300")  # the GPU's HDMI audio function
+    tree.pci("0000:00:02.0", "0x8086", "0x3e92", "0x030000")  # an Intel iGPU
+    gpus = discovery.gpus(discovery.Node(str(tmp_path)))
+    assert [(g["pci_address"], g["device_id"], g["driver"]) for g in gpus] == [
+        ("0000:17:00.0", "0x1eb8", None), ("0000:65:00.0", "0x2330", "nvidia")]
+
+
+@pytest.mark.parametrize("banner,version,flavour", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023", "535.129.03",
+     "proprietary"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.14  Release Build  (dvs-builder@U16)",
+     "550.54.14", "open"),
+    ("NVRM version: NVIDIA UNIX aarch64 Kernel Module  470.239.06  Wed Feb 28 07:13:24 UTC 2024", "470.239.06",
+     "proprietary"),
+])
+def test_driver_version_banner(tmp_path, banner, version, flavour):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.file("/proc/driver/nvidia/version", banner + "\nGCC version:  gcc version 12.2.0\n")
+    tree.modules("nvidia_uvm", "nvidia_modeset", "nvidia")
+    driver = discovery.driver(discovery.Node(str(tmp_path)))
+    assert (driver["version"], driver["flavour"], driver["loaded"], driver["module_loaded"]) == (
+        version, flavour, True, True)
+
+
+def test_driver_absent_nouveau_loaded_and_packages(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.modules("nouveau", "drm")
+    tree.package("nvidia-driver", "535.183.01-1~deb12u1")
+    tree.package("nvidia-container-toolkit", "1.17.8-1")
+    tree.package("libnvidia-container1", "1.17.8-1")
+    driver = discovery.driver(discovery.Node(str(tmp_path)))
+    assert not driver["loaded"] and driver["nouveau_loaded"]
+    assert driver["packages"] == {"nvidia-driver": "535.183.01-1~deb12u1"}
+    assert driver["package_db"] == "dpkg"
+
+
+def test_i4_glibc_failure_on_eks_al2_tree(tmp_path):
+    """Incident I4 with stand-in ELF files: toolkit built for glibc 2.27 on AL2's 2.26."""
+    facts, _expect = facts_for(tmp_path, "eks-al2")
+    glibc = facts["glibc"]
+    assert (glibc["version"], glibc["path"], glibc["method"]) == ("2.26", "/lib64/libc.so.6", "verdef")
+    assert not glibc["ok"]
+    assert glibc["failures"] == [
+        "/lib64/libc.so.6: version 'GLIBC_2.27' not found (required by /usr/bin/nvidia-container-cli)"]
+    checks = dict((c["path"], c) for c in glibc["checks"])
+    assert checks["/usr/bin/nvidia-container-cli"]["summary"] == "requires GLIBC_2.27, host has 2.26"
+    assert checks["/usr/bin/nvidia-container-runtime"]["ok"]
+    library = [c for p, c in checks.items() if "libnvidia-container" in p]
+    assert len(library) == 1 and library[0]["ok"] and library[0]["requires"] == "2.25"
+    toolkit = facts["toolkit"]
+    assert toolkit["installed"] and not toolkit["glibc_ok"]
+    assert toolkit["runtime_path"] == "/usr/bin/nvidia-container-runtime"
+    cli = next(b for b in toolkit["binaries"] if b["name"] == "nvidia-container-cli")
+    assert (cli["requires_glibc"], cli["glibc_ok"]) == ("2.27", False)
+
+
+def test_operator_toolkit_dir_with_wrapper_scripts(tmp_path):
+    """GPU operator layout: shell wrappers beside *.real ELF binaries in /usr/local/nvidia/toolkit."""
+    tree = node_trees.NodeTree(tmp_path)
+    tree.libc("2.17", directory="/lib64")
+    tree.file("/usr/local/nvidia/toolkit/nvidia-container-runtime",
+              "#! /bin/sh\nLD_LIBRARY_PATH=/usr/local/nvidia/toolkit \\\n"
+              "  exec /usr/local/nvidia/toolkit/nvidia-container-runtime.real \"$@\"\n", mode=0o755)
+    tree.elf_binary("/usr/local/nvidia/toolkit/nvidia-container-runtime.real", ["GLIBC_2.2.5", "GLIBC_2.17"])
+    tree.elf_binary("/usr/local/nvidia/toolkit/nvidia-container-cli.real", ["GLIBC_2.2.5", "GLIBC_2.25", "GLIBC_2.27"])
+    facts = discovery.gather(str(tmp_path), ["toolkit", "glibc"])
+    assert facts["toolkit"]["runtime_path"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    wrapper = next(b for b in facts["toolkit"]["binaries"] if b["name"] == "nvidia-container-runtime")
+    assert not wrapper["elf"] and wrapper["glibc_ok"]
+    assert facts["glibc"]["failures"] == [
+        "/lib64/libc.so.6: version 'GLIBC_2.27' not found "
+        "(required by /usr/local/nvidia/toolkit/nvidia-container-cli.real)"]
+    failing = [c for c in facts["glibc"]["checks"] if not c["ok"]][0]
+    assert failing["missing"] == ["GLIBC_2.25", "GLIBC_2.27"]
+    assert len(failing["messages"]) == 2
+
+
+def test_root_keeps_absolute_symlinks_inside_the_tree(tmp_path):
+    """/lib64/libc.so.6 -> /lib/x86_64-linux-gnu/libc.so.6 must resolve in the image, not on this machine."""
+    tree = node_trees.NodeTree(tmp_path)
+    tree.libc("2.17", directory="/usr/lib/x86_64-linux-gnu")
+    tree.symlink("/lib", "usr/lib")
+    tree.symlink("/lib64/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6")
+    tree.elf_binary("/usr/bin/nvidia-ctk", ["GLIBC_2.2.5", "GLIBC_2.32", "GLIBC_2.34"])
+    glibc = discovery.gather(str(tmp_path), ["glibc"])["glibc"]
+    assert glibc["version"] == "2.17" and glibc["path"] == "/lib/x86_64-linux-gnu/libc.so.6"
+    assert glibc["failures"][0] == ("/lib/x86_64-linux-gnu/libc.so.6: version 'GLIBC_2.34' not found "
+                                    "(required by /usr/bin/nvidia-ctk)")
+
+
+def test_versions_are_read_by_running_only_on_the_live_node(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.libc("2.36")
+    tree.elf_binary("/usr/bin/nvidia-ctk", ["GLIBC_2.2.5", "GLIBC_2.34"])
+    assert discovery.Node(str(tmp_path)).run is None
+    calls = []
+
+    def fake_run(argv):
+        calls.append(argv)
+        return 0, "NVIDIA Container Toolkit CLI version 1.17.8\ncommit: abc\n", ""
+    node = discovery.Node(str(tmp_path), run=fake_run)
+    toolkit = discovery.toolkit(node)
+    assert calls == [["/usr/bin/nvidia-ctk", "--version"]]
+    assert toolkit["binaries"][0]["version"] == "1.17.8"
+    assert toolkit["version"] == "1.17.8"
+
+
+# --- readers -------------------------------------------------------------------------------------------------
+
+def test_processes_from_proc_cmdline(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.process(["/usr/bin/containerd", "--config", "/etc/c.toml"], service="containerd.service", pid=10)
+    tree.file("/proc/2/cmdline", "")  # a kernel thread
+    tree.process(["bash", "-c", "sleep 1"], pid=20)
+    tree.file("/proc/30/cmdline", "/usr/bin/kubelet --v=2 --container-runtime-endpoint=unix:///x.sock\0")
+    procs = discovery.processes(discovery.Node(str(tmp_path)))
+    assert [(p["pid"], p["name"]) for p in procs] == [(10, "containerd"), (30, "kubelet")]
+    assert procs[0]["argv"] == ["/usr/bin/containerd", "--config", "/etc/c.toml"]
+    assert procs[0]["service"] == "containerd.service"
+    assert procs[1]["argv"][2] == "--container-runtime-endpoint=unix:///x.sock"
+
+
+@pytest.mark.parametrize("text,service", [
+    ("0::/system.slice/containerd.service\n", "containerd.service"),
+    ("12:pids:/system.slice/snap.k8s.containerd.service\n1:name=systemd:/system.slice/snap.k8s.containerd.service\n",
+     "snap.k8s.containerd.service"),
+    ("0::/user.slice/user-0.slice/session-1.scope\n", None),
+    ("", None),
+])
+def test_service_from_cgroup(text, service):
+    assert discovery.service_from_cgroup(text) == service
+
+
+@pytest.mark.parametrize("endpoint,socket", [
+    ("unix:///var/run/containerd/containerd.sock", "/run/containerd/containerd.sock"),
+    ("/run/containerd/containerd.sock", "/run/containerd/containerd.sock"),
+    ("unix:///run/k3s/containerd/../containerd/containerd.sock", "/run/k3s/containerd/containerd.sock"),
+    ("/var/runner/x.sock", "/var/runner/x.sock"),
+    ("tcp://10.0.0.1:2375", None),
+    (None, None),
+])
+def test_normalize_socket(endpoint, socket):
+    assert discovery.normalize_socket(endpoint) == socket
+
+
+def test_flag_value_last_wins_and_forms():
+    argv = ["--config", "/a", "--config=/b", "-c", "/c", "--address", "--other"]
+    assert discovery.flag_value(argv, ("--config", "-c")) == "/c"
+    assert discovery.flag_value(argv, ("--address",)) is None
+    assert discovery.flag_value(['--x="/q"'], ("--x",)) == "/q"
+
+
+@pytest.mark.parametrize("text,version", [
+    ("version = 2\n[plugins]\n", 2),
+    ("# comment\nversion=3 # v3\n", 3),
+    ("[plugins]\n  version = 2\n", 1),
+    ("", 1),
+    (None, None),
+])
+def test_toml_top_version(text, version):
+    assert discovery.toml_top_version(text) == version
+
+
+def test_unit_drop_ins_environment_and_reset(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.unit("containerd.service", "/usr/bin/containerd")
+    tree.file("/etc/systemd/system/containerd.service.d/override.conf",
+              '[Service]\nEnvironment="CFG=/etc/alt/config.toml"\nExecStart=\n'
+              "ExecStart=/usr/local/bin/containerd --config ${CFG}\n")
+    svc = discovery.unit(discovery.Node(str(tmp_path)), "containerd.service")
+    assert svc["exec_argv"] == ["/usr/local/bin/containerd", "--config", "/etc/alt/config.toml"]
+    assert svc["enabled"]
+
+
+def test_rpm_sqlite_database(tmp_path):
+    """rpm >= 4.16: headers as blobs in rpmdb.sqlite (index entries, then the data store)."""
+    def header(tags):
+        data, entries = b"", b""
+        for tag, value in tags:
+            entries += struct.pack(">IIII", tag, 6, len(data), 1)
+            data += value.encode() + b"\0"
+        return struct.pack(">II", len(tags), len(data)) + entries + data
+    os.makedirs(str(tmp_path / "var/lib/rpm"))
+    db = sqlite3.connect(str(tmp_path / "var/lib/rpm/rpmdb.sqlite"))
+    db.execute("CREATE TABLE Packages (hnum INTEGER PRIMARY KEY AUTOINCREMENT, blob BLOB NOT NULL)")
+    for name, version, release in (("kmod-nvidia-open-dkms", "550.54.15", "1.el9"),
+                                   ("nvidia-container-toolkit", "1.17.8", "1")):
+        db.execute("INSERT INTO Packages (blob) VALUES (?)",
+                   (header([(1000, name), (1001, version), (1002, release)]),))
+    db.commit()
+    db.close()
+    packages = discovery.read_packages(discovery.Node(str(tmp_path)))
+    assert packages == {"db": "rpm", "packages": {"kmod-nvidia-open-dkms": "550.54.15-1.el9",
+                                                  "nvidia-container-toolkit": "1.17.8-1"}}
+
+
+def test_gather_returns_only_the_requested_sections(tmp_path):
+    node_trees.build("k0s", tmp_path)
+    facts = discovery.gather(str(tmp_path), ["target"])
+    assert set(facts) == {"root", "target", "target_reason"}
+
+
+def test_facts_are_json_serialisable(tmp_path):
+    node_trees.build("three-instances", tmp_path)
+    json.dumps(discovery.gather(str(tmp_path)))
+
+
+# --- the module ----------------------------------------------------------------------------------------------
+
+def run_module(args):
+    from ansible.module_utils.testing import patch_module_args
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            gpu_node_facts.main()
+
+
+def test_module_returns_facts_in_check_mode(tmp_path, capsys):
+    node_trees.build("i2-snap-and-distro", tmp_path)
+    before = sorted(os.path.join(d, f) for d, _s, fs in os.walk(str(tmp_path)) for f in fs)
+    run_module({"root": str(tmp_path), "_ansible_check_mode": True})
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] is False
+    facts = result["ansible_facts"]["gpu_node"]
+    assert facts["target"]["platform"] == "k8s-snap"
+    assert set(discovery.SECTIONS) <= set(facts)
+    after = sorted(os.path.join(d, f) for d, _s, fs in os.walk(str(tmp_path)) for f in fs)
+    assert before == after
+
+
+def test_module_rejects_a_missing_root(tmp_path, capsys):
+    run_module({"root": str(tmp_path / "nope")})
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] and "is not a directory" in result["msg"]
+
+
+def test_module_gather_subset(tmp_path, capsys):
+    node_trees.build("kubeadm-containerd", tmp_path)
+    run_module({"root": str(tmp_path), "gather": ["gpus", "driver"]})
+    facts = json.loads(capsys.readouterr().out)["ansible_facts"]["gpu_node"]
+    assert facts["gpus"][0]["device_id"] == "0x2330"
+    assert facts["driver"]["version"] == "535.129.03"
+    assert "runtimes" not in facts
