@@ -66,14 +66,17 @@ class ActionModule(ActionBase):
             task_vars, op="read", path=path, binary=args["containerd_binary"],
             command=dump_cmd if validate else None, exists=[args["binary"]],
         )
+        dump = None
+        if validate and current.get("command_rc") == 0:
+            dump = effective.load_dump(current["command_stdout"])
         plan = plan_runtime_edit(
             current["content"], path, name=args["name"], binary=args["binary"],
             set_as_default=args["set_as_default"], cdi=args["cdi"], state=args["state"],
-            containerd_version=current.get("binary_version"),
+            containerd_version=current.get("binary_version"), effective=dump,
         )
         self._refuse_missing_default_binary(args, plan, current)
 
-        validated, effective_changes, warnings = self._guard(args, plan, current, task_vars, dump_cmd)
+        validated, effective_changes, warnings = self._guard(args, plan, current, dump, task_vars, dump_cmd)
         backup_file = None
         if plan.changed and not self._task.check_mode:
             written = self._node(
@@ -116,7 +119,7 @@ class ActionModule(ActionBase):
                 "if it is installed later in the same image bake." % (args["path"], args["name"], args["binary"])
             )
 
-    def _guard(self, args, plan, current, task_vars, dump_cmd):
+    def _guard(self, args, plan, current, before, task_vars, dump_cmd):
         """Return (validated, effective_changes, warnings); raise when the edit would do harm."""
         if not args["validate"]:
             return False, [], []
@@ -134,7 +137,6 @@ class ActionModule(ActionBase):
                 "%s: containerd %s rejects the edited file, so nothing was written: %s"
                 % (args["path"], current.get("binary_version"), mask_text(candidate["command_stderr"].strip()))
             )
-        before = effective.load_dump(current["command_stdout"])
         after = effective.load_dump(candidate["command_stdout"])
         intended, unintended = effective.compare(before, after, args["name"])
         problems = effective.check_effect(after, plan, args["binary"], args["set_as_default"], args["state"])

@@ -867,23 +867,6 @@ class CRIClient:
                          "ImageStatusResponse", timeout)["image"]
 
     # -- helpers ------------------------------------------------------------
-    def wait_ready(self, timeout, interval=0.5):
-        """Poll Status until RuntimeReady is true; return the last status (or raise the last error)."""
-        deadline = time.time() + timeout
-        while True:
-            try:
-                status = self.status(verbose=True)
-                if runtime_ready(status):
-                    return status
-                error = None
-            except CRIError as exc:
-                status, error = None, exc
-            if time.time() + interval > deadline:
-                if error is not None:
-                    raise error
-                return status
-            time.sleep(interval)
-
     def wait_container_exit(self, container_id, timeout, interval=0.2):
         """Poll ContainerStatus until the container has exited; return its status."""
         deadline = time.time() + timeout

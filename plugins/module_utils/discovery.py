@@ -53,6 +53,7 @@ TOOLKIT_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/local/nvidia/toolkit")
 TOOLKIT_NAMES = ("nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit",
                  "nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-cli",
                  "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
+VERSIONED_TOOLS = ("nvidia-ctk", "nvidia-container-cli", "nvidia-container-runtime")
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1")
 DRIVER_PACKAGE_RE = re.compile(
@@ -382,8 +383,7 @@ def _toolkit_binary(node, path, check, pkg_versions):
     package = "nvidia-container-toolkit" if path.startswith("/usr/bin/") else None
     if package and package in pkg_versions:
         entry.update(version=pkg_versions[package], version_source="package " + package)
-    elif node.run and entry["elf"] and entry["glibc_ok"] and name in ("nvidia-ctk", "nvidia-container-cli",
-                                                                     "nvidia-container-runtime"):
+    elif node.run and entry["elf"] and entry["glibc_ok"] and name in VERSIONED_TOOLS:
         entry.update(version=binary_version(node, path), version_source="--version")
     return entry
 

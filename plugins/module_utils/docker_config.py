@@ -334,8 +334,12 @@ def runtime_entry(data, name):
 
 # --- dockerd command-line flags that clash with daemon.json keys --------------
 
-# dockerd refuses to start when a key is set both by a flag and in daemon.json.
-# For runtimes this holds for ANY --add-runtime against ANY `runtimes` key.
+# Flags on dockerd's command line that matter for the keys this module writes.
+# Seen with dockerd 20.10, 26.1 and 28.5: a key set both by --default-runtime
+# (or --feature) and in daemon.json stops dockerd from starting ("specified
+# both as a flag and in the configuration file"). --add-runtime does not clash
+# with `runtimes`: the two are merged, but a runtime of the same name defined
+# both ways silently takes daemon.json's definition and drops the flag's.
 FLAG_KEYS = OrderedDict([
     ("--add-runtime", "runtimes"),
     ("--default-runtime", "default-runtime"),
@@ -481,17 +485,29 @@ def dockerd_flags(root="/", unit="docker.service"):
     return [DockerdFlag(flag, value, FLAG_KEYS[flag], src) for flag, value, src in _flags_in(words)]
 
 
-def conflicting_flags(flags, keys_written):
-    """The flags that set a key this edit writes to daemon.json."""
-    return [flag for flag in flags if flag.key in keys_written]
+def conflicting_flags(flags, keys_written, runtime_name):
+    """The flags that clash with this edit: same key, or for --add-runtime the same runtime name."""
+    found = []
+    for flag in flags:
+        if flag.key not in keys_written:
+            continue
+        if flag.flag == "--add-runtime" and flag.value.split("=", 1)[0] != runtime_name:
+            continue
+        found.append(flag)
+    return found
 
 
 def conflict_message(conflicts, path):
-    parts = ["%s %s (passed by %s)" % (c.flag, c.value, c.source) for c in conflicts]
-    keys = sorted(set(c.key for c in conflicts))
+    reasons = []
+    for c in conflicts:
+        if c.flag == "--add-runtime":
+            why = ("defines the same runtime; with both, dockerd silently uses the definition in %s and "
+                   "ignores the flag" % path)
+        else:
+            why = "dockerd refuses to start when %s is also set in %s" % (c.key, path)
+        reasons.append("%s %s (passed by %s): %s" % (c.flag, c.value, c.source, why))
     return (
-        "dockerd is started with %s; dockerd refuses to start when %s is also set in %s. "
-        "Nothing was written. Remove the flag from that file (then `systemctl daemon-reload`), "
-        "or keep managing these settings on the command line instead of with this module."
-        % ("; ".join(parts), " and ".join(keys), path)
+        "dockerd's command line already sets what this edit would write. %s. Nothing was written. "
+        "Remove the flag from that file (then `systemctl daemon-reload`), or keep managing this "
+        "runtime on the command line instead of with this module." % "; ".join(reasons)
     )

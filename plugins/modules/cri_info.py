@@ -16,7 +16,7 @@ description:
   - Calls C(runtime.v1.RuntimeService) C(Version) and C(Status) (verbose) on the runtime's CRI socket, the
     same way kubelet does, and reports whether the runtime is ready and which runtime handlers
     (such as C(nvidia)) the B(running) daemon has loaded.
-  - This is the honest answer to "will a pod with C(runtimeClassName: nvidia) start here?". A config file
+  - This is the honest answer to "will a pod with runtime class C(nvidia) start here?". A config file
     may say otherwise when the edit went to another file, to another containerd instance, or the daemon
     was never restarted (pods then fail with C(no runtime for "nvidia" is configured)).
   - The runtime list is read from the effective CRI configuration that containerd 1.6, 1.7 and 2.x return
@@ -176,9 +176,10 @@ def ask(client, wait_ready):
             status = client.status(verbose=True)
         except CRIError as exc:
             error = exc
-        if (status is not None and runtime_ready(status)) or time.time() + POLL_INTERVAL > deadline:
+        left = deadline - time.time()
+        if (status is not None and runtime_ready(status)) or left <= 0:
             return version, status, error
-        time.sleep(POLL_INTERVAL)
+        time.sleep(min(POLL_INTERVAL, left))
 
 
 def summarise(version, status):
@@ -217,9 +218,11 @@ def main():
                          grpc_code=error.code_name)
     result = dict(changed=False, socket=socket, **summarise(version, status))
     if module.params["wait_ready"] and not result["ready"]:
-        not_ready = [c for c in result["conditions"] if c["type"] == "RuntimeReady"]
+        reasons = ["RuntimeReady=false (%s) %s" % (c["reason"], c["message"])
+                   for c in result["conditions"] if c["type"] == "RuntimeReady"]
         module.fail_json(msg="the runtime on %s is not ready after %ds: %s" % (
-            socket, module.params["wait_ready"], not_ready or "no RuntimeReady condition reported"), **result)
+            socket, module.params["wait_ready"], "; ".join(reasons) or "no RuntimeReady condition reported"),
+            **result)
     module.exit_json(**result)
 
 

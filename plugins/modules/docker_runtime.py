@@ -24,11 +24,13 @@ description:
   - Before writing, the candidate is checked with C(dockerd --validate --config-file CANDIDATE)
     when the installed dockerd has C(--validate) (Docker 23 and later); otherwise the result says
     RV(validated=false).
-  - Fails before writing when the docker service already passes C(--add-runtime),
-    C(--default-runtime) or C(--feature) on dockerd's command line (systemd unit, drop-in, or
-    C(DOCKER_OPTS) in C(/etc/default/docker) / C(/etc/sysconfig/docker)) for a key this edit
-    writes: dockerd refuses to start when a setting is given both ways. The message names the
-    file that passes the flag.
+  - Fails before writing when dockerd's command line (systemd unit, drop-in, or C(DOCKER_OPTS)
+    in C(/etc/default/docker) / C(/etc/sysconfig/docker)) already sets what this edit writes,
+    and names the file that passes the flag. C(--default-runtime) with O(set_as_default=true),
+    or C(--feature) with O(cdi=true): dockerd refuses to start when a key is given both ways.
+    C(--add-runtime <name>=...) for the same runtime name: dockerd would silently use the
+    file's definition and ignore the flag. C(--add-runtime) for other names is fine (dockerd
+    merges them with C(runtimes)).
   - The write is atomic (temporary file in the same directory, fsync, rename), keeps owner, mode
     and SELinux context, and can keep a backup. Credentials are masked in the diff and in every
     returned value.
@@ -276,7 +278,7 @@ def check_flags(module, path):
         if flag.flag == "--config-file" and os.path.abspath(flag.value) != os.path.abspath(path):
             module.warn("dockerd is started with --config-file %s (passed by %s), not %s: this edit "
                         "will not reach that dockerd." % (flag.value, flag.source, path))
-    conflicts = docker_config.conflicting_flags(flags, keys_written(module.params))
+    conflicts = docker_config.conflicting_flags(flags, keys_written(module.params), module.params["name"])
     if conflicts:
         module.fail_json(msg=docker_config.conflict_message(conflicts, path),
                          conflicts=[c._asdict() for c in conflicts])

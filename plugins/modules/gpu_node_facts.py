@@ -24,6 +24,7 @@ description:
   - Never changes the node. Runs C(BINARY --version) only on the live node (I(root=/)) for binaries whose
     version no package database records.
   - Standard library only on the managed node.
+  - C(docs/discovery.md) in the collection explains how the target is chosen, per platform.
 author:
   - gpunode.nvidia contributors
 options:
@@ -47,10 +48,6 @@ notes:
   - Supports check mode; the module never changes anything, so check mode and normal mode return the same.
   - The rpm database is read best effort (the sqlite database of rpm 4.16 and later); the older Berkeley DB
     format of Amazon Linux 2 and CentOS 7 is not read, so I(driver.packages) and versions may be empty there.
-seealso:
-  - name: Discovery documentation
-    description: What is discovered, how the target is chosen, and the platform table.
-    link: https://github.com/gpunode/nvidia/blob/main/docs/discovery.md
 """
 
 EXAMPLES = r"""
@@ -137,7 +134,11 @@ ansible_facts:
           contains:
             version: {description: Node glibc version., type: str, sample: "2.36"}
             path: {description: The C(libc.so.6) the loader uses, as it names it., type: str, sample: /lib/x86_64-linux-gnu/libc.so.6}
-            method: {description: "How the version was read: C(banner) (release string in libc), C(verdef) (highest version defined), C(file-name) (C(libc-2.17.so))", type: str}
+            method:
+              description: >-
+                How the version was read: C(banner) (the release string inside libc), C(verdef) (the highest
+                version libc defines) or C(file-name) (C(libc-2.17.so) on old distributions).
+              type: str
             defined_max: {description: Highest C(GLIBC_x.y) that C(libc.so.6) defines., type: str}
             ok: {description: No check failed., type: bool}
             failures: {description: The loader message of each failing file., type: list, elements: str}
@@ -152,7 +153,12 @@ ansible_facts:
                 host: {description: Node glibc version., type: str}
                 ok: {description: Loadable; null when the ELF file could not be read., type: bool}
                 missing: {description: Required versions the node's libraries do not define, in loader order., type: list, elements: str}
-                messages: {description: "One loader message per missing version, e.g. C(/lib64/libc.so.6: version 'GLIBC_2.27' not found (required by /usr/bin/nvidia-container-cli))", type: list, elements: str}
+                messages:
+                  description: >-
+                    One dynamic-loader message per missing version, in the loader's order, e.g.
+                    C(/lib64/libc.so.6: version 'GLIBC_2.27' not found (required by /usr/bin/nvidia-container-cli)).
+                  type: list
+                  elements: str
                 message: {description: The message for the highest missing version., type: str}
                 summary: {description: "C(requires GLIBC_2.27, host has 2.26)", type: str}
         runtimes:
@@ -233,7 +239,9 @@ ansible_facts:
         target_reason:
           description: Why this target was chosen, or why none was.
           type: str
-          sample: "kubelet's runtime endpoint unix:///var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock (flag, /var/snap/k8s/common/args/kubelet) is served by ..."
+          sample: >-
+            kubelet's runtime endpoint unix:///var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock
+            (flag, /proc/2211/cmdline) is served by containerd ... (k8s-snap, snap.k8s.containerd.service)
 """
 
 import os

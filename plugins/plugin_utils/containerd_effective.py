@@ -16,10 +16,7 @@ __metaclass__ = type
 
 import tomlkit
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import get_path
-
-# The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in a dump.
-CRI_DUMP_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import CRI_DUMP_PLUGINS, get_path
 
 
 class GuardError(Exception):

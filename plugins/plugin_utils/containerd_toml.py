@@ -37,7 +37,11 @@ CRI_PLUGIN = {
 }
 # Names under which `disabled_plugins` turns the CRI plugin off.
 CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images")
+# The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
+CRI_DUMP_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 RUNC_TYPE = "io.containerd.runc.v2"
+BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today: with containerd 1.x "
+                   "a file that lists any runtime replaces the built-in list")
 # Keys a runtime must share with the runtime pods use today, even when it already exists.
 INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
 
@@ -147,9 +151,23 @@ def pick_source_runtime(runtimes, default_name, own_name):
     return None
 
 
+def effective_runtimes(dump):
+    """The runtimes table of a `config dump` (name -> table), or {}."""
+    plugins = (dump or {}).get("plugins", {})
+    for plugin in CRI_DUMP_PLUGINS:
+        table = get_path(plugins, (plugin, "containerd", "runtimes"))
+        if table:
+            return table
+    return {}
+
+
 def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-container-runtime",
-                      set_as_default=False, cdi=False, state="present", containerd_version=None):
-    """Return a Plan for adding, updating or removing runtime `name` in config text."""
+                      set_as_default=False, cdi=False, state="present", containerd_version=None,
+                      effective=None):
+    """Return a Plan for adding, updating or removing runtime `name` in config text.
+
+    `effective` is containerd's `config dump` of the current file, when known.
+    """
     original = text
     data = parse(text, path)
     try:
@@ -181,6 +199,15 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
         if set_as_default and default_name != name:
             text = set_value(text, default_path, name)
             _set_path(expected, default_path, name)
+        if not runtimes and _replaces_builtin_runtimes(containerd_version):
+            # containerd 1.x: a file that lists any runtime replaces the built-in list, so the
+            # runtime pods use today is written out as containerd runs it now, or it would vanish.
+            source_name = default_name or "runc"
+            builtin = effective_runtimes(effective).get(source_name) or {"runtime_type": RUNC_TYPE}
+            text = _write_runtime(text, runtimes_path, source_name, None, builtin, None, path,
+                                  comment=BUILTIN_COMMENT)
+            _set_path(expected, runtimes_path + (source_name,), builtin)
+            runtimes = {source_name: builtin}
         source = runtimes.get(source_name) or {"runtime_type": RUNC_TYPE}
         runtime = _desired_runtime(runtimes.get(name), source, binary)
         text = _write_runtime(text, runtimes_path, name, runtimes.get(name), runtime, source_name, path)
@@ -201,6 +228,12 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
         )
     new_default = get_path(new_data, default_path) or "runc"
     return Plan(original, text, new_data, version, cri, name, runtime, new_default, source_name)
+
+
+def _replaces_builtin_runtimes(containerd_version):
+    """True unless containerd is known to be 2.x, which merges a file's runtimes with its own."""
+    major = _major(containerd_version)
+    return major is None or major < 2
 
 
 def _pruned(data):
@@ -314,7 +347,7 @@ def _insert(text, offset, block):
     return text[:offset] + block + text[offset:]
 
 
-def _insert_table(text, layout, path, table, after_path=None):
+def _insert_table(text, layout, path, table, after_path=None, comment=None):
     """Insert `[path]` with `table` (and its sub-tables) where a person would put it."""
     step = layout.indent_step()
     blank = _blank_line_style(layout)
@@ -329,7 +362,7 @@ def _insert_table(text, layout, path, table, after_path=None):
         offset = first.start
         ancestor = _deepest_existing_ancestor(layout, path)
         indent = ancestor.indent + step if ancestor is not None else first.indent
-        block = _render_table(path, table, indent, step, layout.quote_char(), blank)
+        block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
         return text[:offset] + block.lstrip("\n") + ("\n" if blank else "") + text[offset:]
     else:
         ancestor = _deepest_existing_ancestor(layout, path)
@@ -339,7 +372,7 @@ def _insert_table(text, layout, path, table, after_path=None):
         else:
             offset, indent = len(text), ""
             blank = True
-    block = _render_table(path, table, indent, step, layout.quote_char(), blank)
+    block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
     return _insert(text, offset, block)
 
 
@@ -366,8 +399,10 @@ def _blank_line_style(layout):
     return bool(headers) and separated * 2 >= len(headers)
 
 
-def _render_table(path, table, indent, step, quote, blank):
+def _render_table(path, table, indent, step, quote, blank, comment=None):
     lines = ["\n"] if blank else []
+    if comment:
+        lines.append("%s# %s\n" % (indent, comment))
     lines.append("%s[%s]\n" % (indent, render_path(path, quote)))
     inner = indent + step
     for key, value in table.items():
@@ -379,14 +414,14 @@ def _render_table(path, table, indent, step, quote, blank):
     return "".join(lines)
 
 
-def _write_runtime(text, runtimes_path, name, existing, desired, source_name, path):
+def _write_runtime(text, runtimes_path, name, existing, desired, source_name, path, comment=None):
     runtime_path = runtimes_path + (name,)
     if existing is None:
         layout = Layout(text)
         after = runtimes_path + (source_name,) if source_name else None
         if after is None and layout.subtree_end(runtimes_path) is not None:
             after = runtimes_path
-        return _insert_table(text, layout, runtime_path, desired, after_path=after)
+        return _insert_table(text, layout, runtime_path, desired, after_path=after, comment=comment)
     for key_path, value in _leaves(desired):
         if get_path(existing, key_path) != value:
             text = _set_in_table(text, runtime_path, key_path, value, path)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -128,14 +129,26 @@ def test_large_request_and_images_on_the_real_daemon(plain_containerd):
     assert client.image_status("localhost/gpunode/absent:1") is None
 
 
-def _cri_info(args, check_mode=True):
-    """Run the module file as Ansible would, with ARGS; return its JSON result."""
+def _start_cri_info(args, check_mode=True):
+    """Start the module file as Ansible would, with ARGS on stdin; finish with _result()."""
     module = os.path.join(daemons.REPO, "plugins", "modules", "cri_info.py")
     payload = dict(args, _ansible_check_mode=check_mode)
     env = dict(os.environ, PYTHONPATH=os.path.join(daemons.REPO, ".cache", "collections"))
-    result = subprocess.run([sys.executable, module], input=json.dumps({"ANSIBLE_MODULE_ARGS": payload}).encode(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=60)
-    return json.loads(result.stdout.decode())
+    process = subprocess.Popen([sys.executable, module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env)
+    process.stdin.write(json.dumps({"ANSIBLE_MODULE_ARGS": payload}).encode())
+    process.stdin.close()
+    return process
+
+
+def _result(process):
+    out = process.stdout.read()
+    process.wait(60)
+    return json.loads(out.decode())
+
+
+def _cri_info(args, check_mode=True):
+    return _result(_start_cri_info(args, check_mode))
 
 
 def test_cri_info_module_reports_the_live_runtimes(nvidia_containerd):
@@ -155,6 +168,36 @@ def test_cri_info_module_explains_a_wrong_socket(tmp_path):
     result = _cri_info({"socket": socket, "timeout": 2})
     assert result["failed"] and result["ready"] is False
     assert socket in result["msg"] and "kubelet" in result["msg"]
+
+
+def test_cri_info_explains_a_containerd_without_cri(private_containerd):
+    ctrd = private_containerd("bookworm")
+    # what some distro packages ship (disabled_plugins = ["cri"]): Kubernetes cannot use such a daemon
+    ctrd.start('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n', wait_cri=False)
+    result = _cri_info({"socket": ctrd.socket})
+    assert result["failed"] and result["grpc_code"] == "UNIMPLEMENTED"
+    assert "does not serve CRI runtime.v1" in result["msg"] and "disabled_plugins" in result["msg"]
+
+
+def test_cri_info_waits_for_a_restarting_daemon(private_containerd):
+    ctrd = private_containerd("bookworm")
+    ctrd.start(ctrd.minimal_config())
+    ctrd.stop()
+    started = time.time()
+    waiting = _start_cri_info({"socket": ctrd.socket, "wait_ready": 30})
+    time.sleep(1.0)
+    ctrd.start()
+    result = _result(waiting)
+    assert not result.get("failed"), result
+    assert result["ready"] is True and list(result["runtimes"]) == ["runc"]
+    assert 1.0 <= time.time() - started < 10
+
+
+def test_cri_info_gives_up_after_wait_ready(tmp_path):
+    started = time.time()
+    result = _cri_info({"socket": str(tmp_path / "gone.sock"), "wait_ready": 1})
+    assert result["failed"] and result["ready"] is False and "(waited 1s)" in result["msg"]
+    assert 1.0 <= time.time() - started < 10
 
 
 def test_cri_info_by_fqcn_through_ansible_in_check_mode(private_containerd):

@@ -16,6 +16,11 @@ CORPUS = os.path.join(os.path.dirname(__file__), "corpus", "containerd")
 BAD = os.path.join(os.path.dirname(__file__), "corpus", "containerd-bad")
 CONFIGS = sorted(os.listdir(CORPUS))
 BINARY = "/usr/bin/nvidia-container-runtime"
+BUILTIN_RUNC = {"runtime_type": "io.containerd.runc.v2", "sandbox_mode": "podsandbox",
+                "options": {"BinaryName": "", "SystemdCgroup": False}}
+DUMP_1X = {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {"runc": BUILTIN_RUNC}}}}}
+V16 = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
+V21 = "containerd github.com/containerd/containerd/v2 2.1.9+unknown"
 CRI = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
 
@@ -52,8 +57,8 @@ def test_apply_keeps_every_other_line_and_is_idempotent(name, options):
 @pytest.mark.parametrize("name", [c for c in CONFIGS if "nvidia" not in c])
 def test_present_then_absent_restores_bytes(name):
     text = read(name)
-    added = plan_runtime_edit(text, name, binary=BINARY)
-    removed = plan_runtime_edit(added.text, name, state="absent")
+    added = plan_runtime_edit(text, name, binary=BINARY, containerd_version=V21)
+    removed = plan_runtime_edit(added.text, name, state="absent", containerd_version=V21)
     assert removed.text == text
 
 
@@ -61,8 +66,8 @@ def test_present_then_absent_restores_bytes(name):
 def test_present_default_then_absent_restores_effective_data(name):
     text = read(name)
     original = parse(text, name)
-    added = plan_runtime_edit(text, name, binary=BINARY, set_as_default=True)
-    removed = plan_runtime_edit(added.text, name, state="absent")
+    added = plan_runtime_edit(text, name, binary=BINARY, set_as_default=True, containerd_version=V21)
+    removed = plan_runtime_edit(added.text, name, state="absent", containerd_version=V21)
     data = removed.data
     if "nvidia" in name:  # the seed's own nvidia default falls back to the runtime pods used: runc
         del runtimes(original, 2)["nvidia"]
@@ -187,3 +192,18 @@ def test_credentials_are_masked_in_text():
     assert "cHVsbGVyOnMzY3IzdA==" not in masked
     assert 'password = "%s"' % MASK in masked
     assert 'username = "puller"' in masked
+
+
+def test_containerd_1x_keeps_builtin_runc_when_file_lists_no_runtime():
+    plan = plan_runtime_edit(read("v2-debian-default.toml"), "x", binary=BINARY,
+                             containerd_version=V16, effective=DUMP_1X)
+    tables = runtimes(plan.data, 2)
+    assert tables["runc"] == BUILTIN_RUNC
+    assert tables["nvidia"]["sandbox_mode"] == "podsandbox"
+    assert "# containerd's built-in runtime, written out as it runs today" in plan.text
+
+
+def test_containerd_2x_merges_runtimes_so_runc_is_not_written():
+    plan = plan_runtime_edit(read("v2-debian-default.toml"), "x", binary=BINARY,
+                             containerd_version=V21, effective=DUMP_1X)
+    assert "runc" not in runtimes(plan.data, 2)

@@ -496,10 +496,27 @@ def test_module_fails_on_conflict_naming_the_dropin(capsys, daemon_json, tmp_pat
     result = run(capsys, path=str(daemon_json), systemd_root=root)
     assert result["failed"] is True
     assert os.path.join(root, DROPIN + "nvidia.conf") in result["msg"]
-    assert "--add-runtime nvidia=/usr/bin/ncr" in result["msg"] and "runtimes" in result["msg"]
+    assert "--add-runtime nvidia=/usr/bin/ncr" in result["msg"] and "ignores the flag" in result["msg"]
     assert daemon_json.read_text() == SEED
     # Removing the runtime from daemon.json cannot clash with the flag.
     assert run(capsys, path=str(daemon_json), state="absent", systemd_root=root)["changed"] is False
+
+
+def test_add_runtime_for_another_name_does_not_clash(capsys, daemon_json, tmp_path):
+    # dockerd merges --add-runtime with daemon.json's runtimes when the names differ.
+    root = fake_root(tmp_path, {
+        "lib/systemd/system/docker.service": "[Service]\nExecStart=/usr/sbin/dockerd --add-runtime=crun=/usr/bin/crun\n",
+    })
+    assert run(capsys, path=str(daemon_json), systemd_root=root)["changed"] is True
+
+
+def test_feature_flag_clashes_with_cdi(capsys, daemon_json, tmp_path):
+    root = fake_root(tmp_path, {
+        "lib/systemd/system/docker.service": "[Service]\nExecStart=/usr/sbin/dockerd --feature cdi=true\n",
+    })
+    result = run(capsys, path=str(daemon_json), cdi=True, systemd_root=root)
+    assert result["failed"] is True and "refuses to start when features is also set" in result["msg"]
+    assert run(capsys, path=str(daemon_json), systemd_root=root)["changed"] is True
 
 
 def test_default_runtime_flag_only_clashes_with_set_as_default(capsys, daemon_json, runtime_binary, tmp_path):

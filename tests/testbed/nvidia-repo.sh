@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Build the local, signed package repository that stands in for NVIDIA's and Debian's
+# driver / container toolkit repositories (neither NVIDIA's repositories nor a GPU can
+# be reached on the test machines).
+#
+#   nvidia-repo.sh [OUT]     default OUT: .cache/testbed/nvidia-repo (rebuilt only when
+#                            this script or the stand-ins change)
+#
+# OUT holds, ready to be served over HTTP (python3 -m http.server --directory OUT):
+#   keys/nvidia-test.asc           test signing key (ASCII armoured, like NVIDIA's `gpgkey`)
+#   keys/nvidia-test-rotated.asc   the key that replaces it (key rotation tests)
+#   keys/unrelated.asc             a key that signed nothing (wrong key tests)
+#   libnvidia-container/stable/deb/amd64/     flat repository like NVIDIA's
+#       nvidia-container-toolkit, nvidia-container-toolkit-base, libnvidia-container-tools,
+#       libnvidia-container1 at 1.17.8-1 and 1.18.0-1; InRelease signed with nvidia-test,
+#       InRelease.rotated signed with nvidia-test-rotated (swap it in to rotate).
+#   libnvidia-container/newglibc/deb/amd64/   the same four packages at 1.18.1-1 whose
+#       nvidia-container-cli and libnvidia-container.so.1 are real ELF files from Debian sid
+#       that need GLIBC_2.38 (incident I4 on a glibc 2.36 host).
+#   debian/dists/bookworm/non-free/           Debian-style archive with driver packages
+#       (nvidia-driver, nvidia-open-kernel-dkms, nvidia-kernel-dkms, firmware-nvidia-gsp,
+#       nvidia-smi, libcuda1, libnvidia-ml1) at 535.261.03-1 and 550.163.01-1.
+#   offline/toolkit/, offline/driver/         the same .deb files in plain directories
+#       (offline mode: install from a local directory of packages).
+#
+# Every binary is a STAND-IN: nvidia-container-runtime is tests/testbed/stand-ins/
+# nvidia-container-runtime (records its call, execs runc), nvidia-ctk is
+# tests/testbed/stand-ins/nvidia-ctk (--version, cdi generate), nvidia-container-cli is
+# coreutils' `true` (bookworm build) or `env` (sid build), the kernel module packages hold
+# no module and build nothing. Package names, versions and dependencies follow NVIDIA's
+# and Debian's packages, so apt resolves them as it would the real ones.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:-$repo/.cache/testbed/nvidia-repo}
+
+for tool in dpkg-deb apt-ftparchive gpg; do
+  command -v "$tool" >/dev/null || { echo "nvidia-repo.sh: $tool is missing (apt-get install apt-utils gnupg dpkg)" >&2; exit 1; }
+done
+
+inputs=$(cat "$0" "$here/stand-ins/nvidia-container-runtime" "$here/stand-ins/nvidia-ctk" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$inputs" ]; then
+  exit 0
+fi
+
+# Real ELF files: coreutils from bookworm (needs GLIBC_2.34) and from sid (GLIBC_2.38).
+"$here/debian-archive.sh" coreutils bookworm sid >/dev/null
+old_elf=$repo/.cache/testbed/coreutils-bookworm
+new_elf=$repo/.cache/testbed/coreutils-sid
+
+work=$(mktemp -d /tmp/gpunode-nvrepo.XXXXXX)
+export GNUPGHOME=$work/gnupg
+cleanup() { gpgconf --kill all >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+mkdir -m 700 "$GNUPGHOME"
+rm -rf "$out.new" && mkdir -p "$out.new/keys"
+
+# --- keys ------------------------------------------------------------------------------------
+declare -A keyid
+for name in nvidia-test nvidia-test-rotated unrelated; do
+  gpg --batch --quiet --passphrase "" --quick-gen-key "gpunode $name <$name@gpunode.invalid>" ed25519 sign never \
+    2>"$work/gpg.log" || { cat "$work/gpg.log" >&2; exit 1; }
+  keyid[$name]=$(gpg --batch --with-colons --list-keys "$name@gpunode.invalid" 2>/dev/null | awk -F: '/^fpr:/ {print $10; exit}')
+  gpg --batch --armor --export "${keyid[$name]}" >"$out.new/keys/$name.asc"
+done
+
+sign_release() {  # DIR: Release -> InRelease (nvidia-test) and InRelease.rotated
+  gpg --batch --yes --local-user "${keyid[nvidia-test]}" --clearsign -o "$1/InRelease" "$1/Release"
+  gpg --batch --yes --local-user "${keyid[nvidia-test-rotated]}" --clearsign -o "$1/InRelease.rotated" "$1/Release"
+}
+
+# --- packages --------------------------------------------------------------------------------
+# mkdeb DEST NAME VERSION ARCH "DEPENDS" SRC:DEST...   (a file, or @TEXT to write TEXT)
+mkdeb() {
+  local dest=$1 name=$2 version=$3 arch=$4 depends=$5; shift 5
+  local root=$work/pkg/$name-$version
+  rm -rf "$root"; mkdir -p "$root/DEBIAN" "$root/usr/share/doc/$name"
+  printf 'STAND-IN test package built by tests/testbed/nvidia-repo.sh; not the real %s.\n' "$name" \
+    >"$root/usr/share/doc/$name/STAND-IN"
+  local spec src target
+  for spec in "$@"; do
+    src=${spec%%:*}; target=${spec#*:}
+    mkdir -p "$root$(dirname "$target")"
+    case "$src" in
+      @*) printf '%s\n' "${src#@}" >"$root$target" ;;
+      =*) ln -s "${src#=}" "$root$target" ;;
+      *) cp "$src" "$root$target" ;;
+    esac
+    [ -L "$root$target" ] || chmod 0755 "$root$target"
+  done
+  {
+    echo "Package: $name"
+    echo "Version: $version"
+    echo "Architecture: $arch"
+    echo "Maintainer: gpunode.nvidia tests <tests@gpunode.invalid>"
+    [ -n "$depends" ] && echo "Depends: $depends"
+    echo "Section: utils"
+    echo "Priority: optional"
+    echo "Description: STAND-IN for $name (test package, no real content)"
+  } >"$root/DEBIAN/control"
+  mkdir -p "$dest"
+  dpkg-deb --root-owner-group -Zgzip -b "$root" "$dest/${name}_${version}_${arch}.deb" >/dev/null
+}
+
+toolkit_packages() {  # DEST VERSION ELF_TREE CLI
+  local dest=$1 v=$2 tree=$3 cli=$4 upstream=${2%-*}
+  local lib=/usr/lib/x86_64-linux-gnu
+  sed "s/@VERSION@/$upstream/" "$here/stand-ins/nvidia-ctk" >"$work/nvidia-ctk"
+  mkdeb "$dest" libnvidia-container1 "$v" amd64 "" \
+    "$tree/usr/libexec/coreutils/libstdbuf.so:$lib/libnvidia-container.so.$upstream" \
+    "=libnvidia-container.so.$upstream:$lib/libnvidia-container.so.1"
+  mkdeb "$dest" libnvidia-container-tools "$v" amd64 "libnvidia-container1 (>= $v)" \
+    "$tree/$cli:/usr/bin/nvidia-container-cli"
+  mkdeb "$dest" nvidia-container-toolkit-base "$v" amd64 "" \
+    "$here/stand-ins/nvidia-container-runtime:/usr/bin/nvidia-container-runtime" \
+    "$work/nvidia-ctk:/usr/bin/nvidia-ctk" \
+    "@#!/bin/sh
+exec /usr/bin/nvidia-container-runtime \"\$@\":/usr/bin/nvidia-container-runtime.cdi"
+  mkdeb "$dest" nvidia-container-toolkit "$v" amd64 \
+    "nvidia-container-toolkit-base (= $v), libnvidia-container-tools (>= $v), libnvidia-container-tools (<< 2.0.0)" \
+    "@#!/bin/sh
+# STAND-IN nvidia-container-runtime-hook $upstream
+exit 0:/usr/bin/nvidia-container-runtime-hook"
+}
+
+driver_packages() {  # DEST VERSION
+  local dest=$1 v=$2 upstream=${2%-*}
+  local smi="#!/bin/sh
+# STAND-IN nvidia-smi $upstream: there is no GPU and no driver module here.
+echo 'NVIDIA-SMI has failed because it couldn'\\''t communicate with the NVIDIA driver. (stand-in $upstream)'
+exit 9"
+  mkdeb "$dest" firmware-nvidia-gsp "$v" amd64 "" "@stand-in GSP firmware $upstream:/lib/firmware/nvidia/$upstream/STAND-IN"
+  mkdeb "$dest" nvidia-open-kernel-dkms "$v" amd64 "firmware-nvidia-gsp (= $v)" \
+    "@stand-in open kernel module source $upstream (no dkms.conf: nothing is built):/usr/src/nvidia-current-open-$upstream/STAND-IN"
+  mkdeb "$dest" nvidia-kernel-dkms "$v" amd64 "" \
+    "@stand-in kernel module source $upstream (no dkms.conf: nothing is built):/usr/src/nvidia-current-$upstream/STAND-IN"
+  mkdeb "$dest" nvidia-smi "$v" amd64 "" "@$smi:/usr/bin/nvidia-smi"
+  mkdeb "$dest" libcuda1 "$v" amd64 "" "@stand-in libcuda $upstream:/usr/lib/x86_64-linux-gnu/nvidia/STAND-IN-libcuda"
+  mkdeb "$dest" libnvidia-ml1 "$v" amd64 "" "@stand-in NVML $upstream:/usr/lib/x86_64-linux-gnu/nvidia/STAND-IN-nvml"
+  mkdeb "$dest" nvidia-driver "$v" amd64 \
+    "nvidia-kernel-dkms (= $v) | nvidia-open-kernel-dkms (= $v), nvidia-smi (= $v), libcuda1 (= $v)"
+}
+
+flat_repo() {  # DIR: Packages, Release, InRelease for a repository with suite "/"
+  (cd "$1" && apt-ftparchive packages . >Packages && gzip -9kf Packages \
+    && apt-ftparchive -o APT::FTPArchive::Release::Origin="gpunode test (stand-in for NVIDIA)" \
+         -o APT::FTPArchive::Release::Label=libnvidia-container release . >"$work/Release" \
+    && mv "$work/Release" Release)
+  sign_release "$1"
+}
+
+stable=$out.new/libnvidia-container/stable/deb/amd64
+for v in 1.17.8-1 1.18.0-1; do
+  toolkit_packages "$stable" "$v" "$old_elf" bin/true
+done
+flat_repo "$stable"
+
+newglibc=$out.new/libnvidia-container/newglibc/deb/amd64
+toolkit_packages "$newglibc" 1.18.1-1 "$new_elf" usr/bin/env
+flat_repo "$newglibc"
+
+debian=$out.new/debian
+pool=$debian/pool/non-free/n/nvidia-graphics-drivers
+for v in 535.261.03-1 550.163.01-1; do
+  driver_packages "$pool" "$v"
+done
+mkdir -p "$debian/dists/bookworm/non-free/binary-amd64"
+(cd "$debian" && apt-ftparchive packages pool/non-free >dists/bookworm/non-free/binary-amd64/Packages \
+  && gzip -9kf dists/bookworm/non-free/binary-amd64/Packages \
+  && apt-ftparchive -o APT::FTPArchive::Release::Origin="gpunode test (stand-in for Debian)" \
+       -o APT::FTPArchive::Release::Suite=bookworm -o APT::FTPArchive::Release::Codename=bookworm \
+       -o APT::FTPArchive::Release::Components=non-free -o APT::FTPArchive::Release::Architectures=amd64 \
+       release dists/bookworm >"$work/Release" && mv "$work/Release" dists/bookworm/Release)
+sign_release "$debian/dists/bookworm"
+
+mkdir -p "$out.new/offline/toolkit" "$out.new/offline/driver"
+cp "$stable"/*.deb "$out.new/offline/toolkit/"
+cp "$pool"/*.deb "$out.new/offline/driver/"
+
+echo "$inputs" >"$out.new/.stamp"
+rm -rf "$out" && mv "$out.new" "$out"
+echo "built test repository $out"
