@@ -12,7 +12,8 @@ node=gpunode-demo
 if [ "$(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null)" != "true" ]; then
   docker rm -f "$node" >/dev/null 2>&1 || true
   echo "== starting the throwaway node container $node"
-  docker run -d --name "$node" --hostname "$node" \
+  docker network inspect gpunode >/dev/null 2>&1 || docker network create gpunode >/dev/null
+  docker run -d --name "$node" --hostname "$node" --network gpunode \
     --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup:rw -v /var/lib/containerd \
     --tmpfs /run --tmpfs /run/lock \
     --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --cap-add MKNOD \

@@ -198,6 +198,7 @@ SCHEMA = {
 }
 
 _VARINT_KINDS = ("bool", "enum", "int32", "int64", "uint32", "uint64")
+_SCALAR_KINDS = _VARINT_KINDS + ("string", "bytes")
 _WIRE_VARINT, _WIRE_FIXED64, _WIRE_BYTES, _WIRE_FIXED32 = 0, 1, 2, 5
 
 
@@ -258,8 +259,8 @@ def encode_message(name, values):
         raise ValueError("%s has no field(s) %s" % (name, ", ".join(sorted(unknown))))
     for number, field, kind, repeated in SCHEMA[name]:
         value = values.get(field)
-        if value is None or (not repeated and kind != "map" and kind in _VARINT_KINDS + ("string", "bytes") and not value):
-            continue
+        if value is None or (not repeated and kind in _SCALAR_KINDS and not value):
+            continue  # proto3 does not send default values
         if kind == "map":
             for key in sorted(value):
                 entry = _encode_value(1, "string", key) + _encode_value(2, "string", value[key])
@@ -620,7 +621,7 @@ class _UnaryCall:
     def _remaining(self):
         left = self.deadline - time.time()
         if left <= 0:
-            raise CRIError(DEADLINE_EXCEEDED, "no answer in time from %s" % self.what)
+            raise CRIError(DEADLINE_EXCEEDED, "%s: no answer in time" % self.what)
         return left
 
     def _send(self, data):
@@ -632,7 +633,7 @@ class _UnaryCall:
             self.sock.settimeout(self._remaining())
             chunk = self.sock.recv(max(65536, count - len(self.buffer)))
             if not chunk:
-                raise CRIError(UNAVAILABLE, "connection closed by %s before the call completed" % self.what)
+                raise CRIError(UNAVAILABLE, "%s: connection closed before the reply was complete" % self.what)
             self.buffer += chunk
         data, self.buffer = self.buffer[:count], self.buffer[count:]
         return data
@@ -683,12 +684,12 @@ class _UnaryCall:
         elif frame_type == GOAWAY:
             last_stream, error_code = struct.unpack(">II", payload[:8])
             if (last_stream & 0x7FFFFFFF) < STREAM_ID or error_code:
-                raise CRIError(UNAVAILABLE, "%s closed the connection (GOAWAY, HTTP/2 error %d): %s" % (
+                raise CRIError(UNAVAILABLE, "%s: the daemon closed the connection (GOAWAY, HTTP/2 error %d): %s" % (
                     self.what, error_code, payload[8:].decode("utf-8", "replace")))
         elif stream_id != STREAM_ID:
             return  # PRIORITY, PUSH_PROMISE (disabled) or a stream that is not ours
         elif frame_type == RST_STREAM:
-            raise CRIError(UNAVAILABLE, "%s reset the call (HTTP/2 error %d)" % (
+            raise CRIError(UNAVAILABLE, "%s: the daemon reset the call (HTTP/2 error %d)" % (
                 self.what, struct.unpack(">I", payload)[0]))
         elif frame_type in (HEADERS, CONTINUATION):
             self._header_fragment(frame_type, flags, payload)
@@ -722,7 +723,7 @@ class _UnaryCall:
                 payload = payload[5:]
             self.pending_block = [payload, bool(flags & FLAG_END_STREAM)]
         elif self.pending_block is None:
-            raise CRIError(INTERNAL, "CONTINUATION without HEADERS from %s" % self.what)
+            raise CRIError(INTERNAL, "%s: CONTINUATION without HEADERS" % self.what)
         else:
             self.pending_block[0] += payload
         if flags & FLAG_END_HEADERS:
@@ -754,11 +755,11 @@ def grpc_unary(address, path, request, timeout=DEFAULT_TIMEOUT, metadata=()):
         try:
             blocks, body = _UnaryCall(sock, deadline, what).run(path, request, metadata)
         except socket.timeout:
-            raise CRIError(DEADLINE_EXCEEDED, "no answer within %gs from %s" % (timeout, what))
+            raise CRIError(DEADLINE_EXCEEDED, "%s: no answer within %gs" % (what, timeout))
         except HPACKError as exc:
-            raise CRIError(INTERNAL, "bad header block from %s: %s" % (what, exc))
+            raise CRIError(INTERNAL, "%s: bad header block: %s" % (what, exc))
         except (OSError, socket.error) as exc:
-            raise CRIError(UNAVAILABLE, "connection to %s failed: %s" % (what, exc))
+            raise CRIError(UNAVAILABLE, "%s: connection failed: %s" % (what, exc))
     finally:
         sock.close()
     return _check_status(blocks, body, what)

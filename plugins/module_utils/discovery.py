@@ -54,6 +54,12 @@ TOOLKIT_NAMES = ("nvidia-container-runtime", "nvidia-container-runtime-hook", "n
                  "nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-cli",
                  "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 VERSIONED_TOOLS = ("nvidia-ctk", "nvidia-container-cli", "nvidia-container-runtime")
+TOOLKIT_PACKAGE_OF = {"nvidia-ctk": "nvidia-container-toolkit-base",
+                      "nvidia-container-runtime": "nvidia-container-toolkit-base",
+                      "nvidia-container-runtime.cdi": "nvidia-container-toolkit-base",
+                      "nvidia-container-runtime.legacy": "nvidia-container-toolkit-base",
+                      "nvidia-cdi-hook": "nvidia-container-toolkit-base",
+                      "nvidia-container-cli": "libnvidia-container-tools"}
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1")
 DRIVER_PACKAGE_RE = re.compile(
@@ -87,6 +93,8 @@ class Node(object):
         self.live = os.path.realpath(self.root) == "/"
         self.run = run if run is not None else (run_command if self.live else None)
         self._packages = None
+        self.units = {}
+        self.versions = {}
 
     def local(self, path):
         if self.live:
@@ -380,7 +388,9 @@ def _toolkit_binary(node, path, check, pkg_versions):
     entry = {"name": name, "path": path, "elf": bool(check and check["elf"]),
              "requires_glibc": check["requires"] if check else None,
              "glibc_ok": check["ok"] if check else None, "version": None, "version_source": None}
-    package = "nvidia-container-toolkit" if path.startswith("/usr/bin/") else None
+    package = TOOLKIT_PACKAGE_OF.get(name, "nvidia-container-toolkit") if path.startswith("/usr/bin/") else None
+    if package not in pkg_versions and package:
+        package = "nvidia-container-toolkit"  # the packages are pinned to one version together
     if package and package in pkg_versions:
         entry.update(version=pkg_versions[package], version_source="package " + package)
     elif node.run and entry["elf"] and entry["glibc_ok"] and name in VERSIONED_TOOLS:
@@ -396,7 +406,13 @@ def _first_version(entries):
 
 
 def binary_version(node, path):
-    rc, out, err = node.run([path, "--version"])
+    """First version number `path --version` prints (run once per binary and per gather)."""
+    if path not in node.versions:
+        node.versions[path] = _parse_version_output(*node.run([path, "--version"]))
+    return node.versions[path]
+
+
+def _parse_version_output(rc, out, err):
     if rc != 0:
         return None
     for line in (out or err).splitlines():
@@ -412,11 +428,15 @@ INTERESTING = ("containerd", "dockerd", "crio", "cri-dockerd", "kubelet", "kubel
 
 
 def processes(node):
-    """Runtime-related processes: [{pid, argv, name, exe, service, ppid}] from /proc."""
+    """Runtime-related processes: [{pid, argv, name, exe, service, ppid}] from /proc.
+
+    On the live node, processes whose root directory is not the node's `/` run inside a container
+    (a kind node, a Molecule node, docker-in-docker): their sockets and files are not the node's, so
+    they are left out.
+    """
     found = []
-    for pid in node.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    host_root = _root_identity("/") if node.live else None
+    for pid in sorted((p for p in node.listdir("/proc") if p.isdigit()), key=int):
         raw = node.read("/proc/%s/cmdline" % pid)
         if not raw:
             continue  # kernel thread or gone
@@ -428,11 +448,22 @@ def processes(node):
         name = os.path.basename(argv[0]) if argv else ""
         if name not in INTERESTING:
             continue
+        if host_root and _root_identity("/proc/%s/root" % pid) not in (None, host_root):
+            continue
+        cgroup = node.read("/proc/%s/cgroup" % pid)
         found.append({"pid": int(pid), "argv": argv, "name": name,
                       "exe": node.readlink("/proc/%s/exe" % pid),
-                      "service": service_from_cgroup(node.read("/proc/%s/cgroup" % pid)),
+                      "service": service_from_cgroup(cgroup), "cgroup_read": cgroup is not None,
                       "ppid": _ppid(node.read("/proc/%s/status" % pid))})
     return found
+
+
+def _root_identity(path):
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def service_from_cgroup(text):
@@ -451,6 +482,12 @@ def _ppid(text):
 
 def unit(node, name):
     """A systemd unit with its drop-ins: {name, path, exec_argv, env, listen, enabled, masked}, or None."""
+    if name not in node.units:
+        node.units[name] = _read_unit(node, name)
+    return node.units[name]
+
+
+def _read_unit(node, name):
     main = None
     for directory in UNIT_DIRS:
         if node.exists(directory + "/" + name) or node.readlink(directory + "/" + name):
@@ -702,6 +739,8 @@ def process_instances(node, procs, distro):
         instance.update(running=True, pid=proc["pid"], sources=["process"],
                         binary=proc.get("exe") or instance["binary"] or proc["argv"][0],
                         service=proc.get("service"))
+        # Its cgroup names no service: started by hand or by a non-systemd init, not by a unit.
+        instance["outside_service"] = bool(proc.get("cgroup_read") and not proc.get("service"))
         instances.append(instance)
     return instances
 
@@ -818,24 +857,28 @@ def cri_dockerd_socket(node, procs):
 
 
 def merge_instances(from_processes, from_units):
-    """One entry per (kind, socket): a running process joins the service that declares it."""
+    """One entry per (kind, socket): a running process joins the service that declares the same socket.
+
+    The process's own arguments are the truth for files and socket; the unit adds the service name
+    (when the process's cgroup did not give it), whether it is enabled, and its source.
+    """
     merged = list(from_processes)
     for declared in from_units:
         key = (declared["kind"], normalize_socket(declared["socket"]))
-        same = [i for i in merged if (i["kind"], normalize_socket(i["socket"])) == key
-                and "unit" not in i["sources"] and "args-file" not in i["sources"]]
-        if same and same[0]["running"]:
-            running = same[0]
-            for field in ("edit_path", "edit_mode", "regenerated_by", "dropin_dir", "platform_config",
-                          "nvidia_autodetect", "enabled"):
-                if running.get(field) in (None, False, "main") and declared.get(field) not in (None, False):
-                    running[field] = declared[field]
-            running["service"] = running["service"] or declared["service"]
-            running["sources"] = running["sources"] + declared["sources"]
-            if running["platform"] in ("distro",) and declared["platform"] != "distro":
-                running["platform"] = declared["platform"]
-        else:
+        same = [i for i in from_processes if (i["kind"], normalize_socket(i["socket"])) == key
+                and len(i["sources"]) == 1]
+        if not same:
             merged.append(declared)
+            continue
+        running = same[0]
+        running["sources"] = running["sources"] + declared["sources"]
+        if running.get("outside_service"):
+            running["notes"].append("%s declares this socket, but the running process (pid %d) was not started "
+                                    "by it: restarting the service will not restart this process"
+                                    % (declared["service"], running["pid"]))
+            continue
+        running["service"] = running["service"] or declared["service"]
+        running["enabled"] = declared["enabled"]
     return merged
 
 
@@ -846,6 +889,7 @@ def runtimes(node, procs=None):
     instances = merge_instances(process_instances(node, procs, distro), unit_instances(node, distro))
     cri_docker = cri_dockerd_socket(node, procs)
     for instance in instances:
+        instance.pop("outside_service", None)
         instance["id"] = "%s:%s" % (instance["kind"], instance["socket"])
         if instance["kind"] == "docker":
             instance["cri_socket"] = cri_docker
@@ -1096,22 +1140,24 @@ def choose_target(instances, kubelet_facts):
         if kubelet_facts["endpoint_source"] != "kubelet-default":
             return None, None, "kubelet uses %s but no runtime instance on this node serves that socket " \
                                "(found: %s)" % (source, ", ".join(_describe(i) for i in instances) or "none")
-    return _target_without_kubelet(instances)
+        return _target_without_kubelet(instances, "kubelet is installed but has no runtime endpoint configured "
+                                                  "and nothing serves its default %s" % kubelet_facts["endpoint"])
+    return _target_without_kubelet(instances, "no kubelet configuration found")
 
 
-def _target_without_kubelet(instances):
+def _target_without_kubelet(instances, why):
+    """Image bakes and plain Docker hosts: the one instance no other daemon uses, or the one running."""
     candidates = [i for i in instances if not i["used_by"]]
-    chosen, _why = _pick(candidates)
+    chosen, _running = _pick(candidates)
     if chosen and len(candidates) == 1:
-        return _mark(chosen, "only-instance", "no kubelet configuration found; %s is the only runtime "
-                                              "instance" % _describe(chosen))
+        return _mark(chosen, "only-instance", "%s; %s is the only runtime instance" % (why, _describe(chosen)))
     if chosen:
-        return _mark(chosen, "only-running", "no kubelet configuration found; %s is the only running one of "
-                                             "%d runtime instances" % (_describe(chosen), len(candidates)))
+        return _mark(chosen, "only-running", "%s; %s is the only running one of %d runtime instances" % (
+            why, _describe(chosen), len(candidates)))
     if not candidates:
         return None, None, "no container runtime found on this node"
-    return None, None, "no kubelet configuration found and %d runtime instances could be meant: %s; set the " \
-                       "path explicitly" % (len(candidates), ", ".join(_describe(i) for i in candidates))
+    return None, None, "%s and %d runtime instances could be meant: %s; set the path explicitly" % (
+        why, len(candidates), ", ".join(_describe(i) for i in candidates))
 
 
 def _pick(instances):

@@ -12,11 +12,14 @@ layout of their neighbours: the same line break and indentation before the
 key, the same `:` spacing. A file with no layout to copy (missing, empty,
 `{}`) gets two-space indentation.
 
-Undo is exact: removing a member deletes precisely the text that adding it
-inserted, so `state=present` then `state=absent` on a file that had no such
-runtime gives back the original bytes. For that reason an empty `runtimes`
-object left behind by a removal is removed too (dockerd treats a missing and
-an empty `runtimes` the same way).
+Removing a member deletes precisely the text that adding it inserted. Two
+keys stay behind on purpose after `state=absent`: an emptied `runtimes` object
+is kept as `"runtimes": {}`, and a `default-runtime` that named the removed
+runtime becomes `"runc"` (dockerd's stock default). On SIGHUP dockerd reloads
+only the keys present in the file (seen with 20.10, 26.1 and 28.5): had the
+keys been deleted, `systemctl reload docker` would leave the runtime
+registered, and still the default, until a full restart. A file that already
+had other runtimes, or `"runtimes": {}`, gets its original bytes back.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -34,6 +37,7 @@ BOM = u"\ufeff"
 DEFAULT_INDENT = "  "
 # dockerd refuses these runtime names in daemon.json ("runtime name ... is reserved").
 RESERVED_RUNTIME_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+STOCK_RUNTIME = "runc"
 
 _WHITESPACE = " \t\r\n"
 _DECODER = json.JSONDecoder(object_pairs_hook=OrderedDict)
@@ -318,12 +322,12 @@ def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=F
         if cdi:
             body = set_key(body, ("features", "cdi"), True, path, indent)
     else:
+        # The emptied `runtimes` object stays, so that a reload unregisters the runtime.
         body = remove_key(body, ("runtimes", name), path)
-        if get_key(parse_daemon_json(body, path), ("runtimes",)) == {}:
-            body = remove_key(body, ("runtimes",), path)
-        # A default naming a runtime that no longer exists stops dockerd from starting.
+        # A default naming a missing runtime stops dockerd; write the stock default
+        # rather than deleting the key, which a reload would ignore.
         if data.get("default-runtime") == name:
-            body = remove_key(body, ("default-runtime",), path)
+            body = set_key(body, ("default-runtime",), STOCK_RUNTIME, path, indent)
     return bom + body
 
 
@@ -485,29 +489,41 @@ def dockerd_flags(root="/", unit="docker.service"):
     return [DockerdFlag(flag, value, FLAG_KEYS[flag], src) for flag, value, src in _flags_in(words)]
 
 
-def conflicting_flags(flags, keys_written, runtime_name):
-    """The flags that clash with this edit: same key, or for --add-runtime the same runtime name."""
+def conflicting_flags(flags, runtime_name, state="present", set_as_default=False, cdi=False):
+    """The flags that clash with this edit."""
     found = []
     for flag in flags:
-        if flag.key not in keys_written:
-            continue
-        if flag.flag == "--add-runtime" and flag.value.split("=", 1)[0] != runtime_name:
-            continue
-        found.append(flag)
+        if state == "absent":
+            # Removing the runtime dockerd's command line makes the default leaves it without one.
+            clash = flag.flag == "--default-runtime" and flag.value == runtime_name
+        elif flag.flag == "--add-runtime":
+            clash = flag.value.split("=", 1)[0] == runtime_name
+        elif flag.flag == "--default-runtime":
+            clash = set_as_default
+        elif flag.flag == "--feature":
+            clash = cdi
+        else:
+            clash = False
+        if clash:
+            found.append(flag)
     return found
 
 
-def conflict_message(conflicts, path):
-    reasons = []
-    for c in conflicts:
-        if c.flag == "--add-runtime":
-            why = ("defines the same runtime; with both, dockerd silently uses the definition in %s and "
-                   "ignores the flag" % path)
-        else:
-            why = "dockerd refuses to start when %s is also set in %s" % (c.key, path)
-        reasons.append("%s %s (passed by %s): %s" % (c.flag, c.value, c.source, why))
+def _clash_reason(flag, path, state):
+    if state == "absent":
+        return ("removing the runtime would leave dockerd's default runtime undefined (dockerd 20.10 "
+                "crashed on reload in that state)")
+    if flag.flag == "--add-runtime":
+        return ("defines the same runtime; with both, dockerd silently uses the definition in %s and "
+                "ignores the flag" % path)
+    return "dockerd refuses to start when %s is also set in %s" % (flag.key, path)
+
+
+def conflict_message(conflicts, path, state="present"):
+    reasons = ["%s %s (passed by %s): %s" % (c.flag, c.value, c.source, _clash_reason(c, path, state))
+               for c in conflicts]
     return (
-        "dockerd's command line already sets what this edit would write. %s. Nothing was written. "
-        "Remove the flag from that file (then `systemctl daemon-reload`), or keep managing this "
-        "runtime on the command line instead of with this module." % "; ".join(reasons)
+        "dockerd's command line clashes with this edit. %s. Nothing was written. Remove the flag "
+        "from that file (then `systemctl daemon-reload`), or keep managing this runtime on the "
+        "command line instead of with this module." % "; ".join(reasons)
     )

@@ -17,10 +17,12 @@ description:
     C(daemon.json) in place. Every other key keeps its bytes, its order and the file's
     indentation: C(log-opts), C(registry-mirrors), C(insecure-registries), C(exec-opts) and the
     rest come through untouched. New keys copy the layout of their neighbours.
-  - A missing file is created holding only what was asked for. With O(state=absent), removing a
-    runtime this module added gives back the original bytes; an empty C(runtimes) object left
-    behind is removed as well, and a C(default-runtime) naming the removed runtime is dropped
-    (dockerd would refuse to start with it).
+  - A missing file is created holding only what was asked for.
+  - O(state=absent) removes C(runtimes.<name>) but keeps an emptied C(runtimes) object as
+    C({}), and turns a C(default-runtime) that named the runtime into C(runc). On SIGHUP dockerd
+    reloads only the keys present in the file (seen with 20.10, 26.1 and 28.5): deleting them
+    would leave the runtime registered, and still the default, until a full restart. A file
+    that already held other runtimes gets its original bytes back.
   - Before writing, the candidate is checked with C(dockerd --validate --config-file CANDIDATE)
     when the installed dockerd has C(--validate) (Docker 23 and later); otherwise the result says
     RV(validated=false).
@@ -30,7 +32,8 @@ description:
     or C(--feature) with O(cdi=true): dockerd refuses to start when a key is given both ways.
     C(--add-runtime <name>=...) for the same runtime name: dockerd would silently use the
     file's definition and ignore the flag. C(--add-runtime) for other names is fine (dockerd
-    merges them with C(runtimes)).
+    merges them with C(runtimes)). With O(state=absent), C(--default-runtime <name>): removing
+    the runtime would leave dockerd's default undefined.
   - The write is atomic (temporary file in the same directory, fsync, rename), keeps owner, mode
     and SELinux context, and can keep a backup. Credentials are masked in the diff and in every
     returned value.
@@ -256,17 +259,6 @@ def validate(module, dockerd, path, data):
     return rc == 0, mask_text(output)
 
 
-def keys_written(params):
-    if params["state"] != "present":
-        return set()
-    keys = {"runtimes"}
-    if params["set_as_default"]:
-        keys.add("default-runtime")
-    if params["cdi"]:
-        keys.add("features")
-    return keys
-
-
 def check_flags(module, path):
     """Fail when dockerd's command line sets a key this edit writes; warn on another --config-file."""
     try:
@@ -278,9 +270,11 @@ def check_flags(module, path):
         if flag.flag == "--config-file" and os.path.abspath(flag.value) != os.path.abspath(path):
             module.warn("dockerd is started with --config-file %s (passed by %s), not %s: this edit "
                         "will not reach that dockerd." % (flag.value, flag.source, path))
-    conflicts = docker_config.conflicting_flags(flags, keys_written(module.params), module.params["name"])
+    params = module.params
+    conflicts = docker_config.conflicting_flags(flags, params["name"], params["state"],
+                                                params["set_as_default"], params["cdi"])
     if conflicts:
-        module.fail_json(msg=docker_config.conflict_message(conflicts, path),
+        module.fail_json(msg=docker_config.conflict_message(conflicts, path, params["state"]),
                          conflicts=[c._asdict() for c in conflicts])
 
 
@@ -328,8 +322,7 @@ def run_module(module):
     before_text = decode(module, path, before_bytes)
     after_text, after_data = plan(module, path, before_text)
     changed = after_text != before_text
-    if params["state"] == "present":
-        check_flags(module, path)
+    check_flags(module, path)
 
     dockerd, version, can_validate = dockerd_facts(module)
     after_bytes = after_text.encode("utf-8")

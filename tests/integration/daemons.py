@@ -100,12 +100,13 @@ def ensure_containerd(release):
 
 
 def ensure_images():
-    """Build the stand-in image tarballs (tests/testbed/images.sh); name -> tarball path."""
+    """Build the stand-in image tarballs (tests/testbed/images.sh); name -> tarball path.
+
+    Always runs the script: it is deterministic and rewrites a tarball only when its
+    content changed, so a cache never holds images of an older images.sh."""
     out = os.path.join(TESTBED, "images")
-    paths = dict((name, os.path.join(out, filename)) for name, filename in IMAGE_FILES.items())
-    if not all(os.path.exists(p) for p in paths.values()):
-        subprocess.run([IMAGES_SCRIPT, out], check=True)
-    return paths
+    subprocess.run([IMAGES_SCRIPT, out], check=True, stdout=subprocess.DEVNULL)
+    return dict((name, os.path.join(out, filename)) for name, filename in IMAGE_FILES.items())
 
 
 def _lacks_cap_sys_resource():
@@ -166,6 +167,7 @@ class PrivateContainerd:
         self.pod_logs = os.path.join(self.base, "pods")
         self.extra_env = dict(env or {})
         self.process = None
+        self._log_offset = 0  # where the current run's log starts
         for path in (os.path.dirname(self.config_path), os.path.dirname(self.socket), self.pod_logs):
             os.makedirs(path, exist_ok=True)
 
@@ -228,7 +230,8 @@ class PrivateContainerd:
     def environment(self):
         env = dict(os.environ)
         # containerd looks up its shims and runc on PATH; runc is /usr/sbin/runc.
-        env["PATH"] = os.pathsep.join([self.dist.bin_dir, env.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        env["PATH"] = os.pathsep.join([self.dist.bin_dir, env.get("PATH", ""),
+                                       "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
         env["STANDIN_LOG"] = self.standin_log
         env.update(self.extra_env)
         return env
@@ -302,7 +305,7 @@ class PrivateContainerd:
             return ""
         with open(self.log_path, "rb") as handle:
             if since_start:
-                handle.seek(getattr(self, "_log_offset", 0))
+                handle.seek(self._log_offset)
             return handle.read().decode("utf-8", "replace")
 
     def log_tail(self, lines=30):

@@ -218,8 +218,11 @@ def mounts_under(directory):
 def wait_for(predicate, timeout, what, process=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        try:
+            if predicate():
+                return
+        except (OSError, http.client.HTTPException):
+            pass  # the daemon is not (yet) answering
         if process is not None and process.poll() is not None:
             raise AssertionError("%s: process exited with %s" % (what, process.returncode))
         time.sleep(0.05)
@@ -239,14 +242,21 @@ def docker(request, testbed):
     return daemon
 
 
+# On SIGHUP dockerd reloads only the keys present in the file, so a reset to
+# the seed goes through explicit stock values first.
+RESET = SEED.replace("{\n", '{\n  "runtimes": {},\n  "default-runtime": "runc",\n', 1)
+
+
 @pytest.fixture
 def seeded(docker):
-    """daemon.json back to the seed file and dockerd running with it."""
+    """dockerd running with the seed settings and no extra runtime; daemon.json is the seed file."""
     if docker.dockerd.poll() is not None:
         docker.start()
-    docker.write_config(SEED)
+    docker.write_config(RESET)
     docker.reload()
-    wait_for(lambda: "nvidia" not in docker.runtimes(), 10, "seed config loaded")
+    wait_for(lambda: docker.runtimes() in (["runc"], ["io.containerd.runc.v2", "runc"])
+             and docker.info()["DefaultRuntime"] == "runc", 10, "runtimes reset by SIGHUP")
+    docker.write_config(SEED)
     return docker
 
 
@@ -318,10 +328,10 @@ def test_runtime_listed_and_used_after_reload(docker, seeded):
         assert handle.read() == written
 
 
-def test_default_runtime_then_absent_restores_file(docker, seeded, capsys):
+def test_default_runtime_then_absent_takes_effect_on_reload(docker, seeded, capsys):
     args = dict(path=docker.config, binary=docker.runtime, dockerd_binary=docker.dockerd_binary,
                 systemd_root=docker.fake_root)
-    result = run_module(capsys, set_as_default=True, runtime_args=["--stand-in-arg"], **args)
+    result = run_module(capsys, set_as_default=True, runtime_args=["--debug"], **args)
     assert result["changed"] is True and result["default_runtime"] == "nvidia"
     docker.reload()
     wait_for(lambda: docker.info()["DefaultRuntime"] == "nvidia", 10, "default runtime nvidia")
@@ -329,15 +339,27 @@ def test_default_runtime_then_absent_restores_file(docker, seeded, capsys):
                         "echo injected=$NVIDIA_STANDIN_INJECTED").stdout
     assert out.strip() == "injected=1"
     with open(docker.standin_log) as handle:
-        assert "--stand-in-arg" in handle.read()  # runtimeArgs reach the runtime
+        assert any(" --debug " in line and " create " in line for line in handle)  # runtimeArgs reach it
 
     result = run_module(capsys, state="absent", **args)
     assert result["changed"] is True
     with open(docker.config) as handle:
-        assert handle.read() == SEED
+        assert handle.read() == SEED[: SEED.rindex("\n}")] + ',\n  "runtimes": {},\n  "default-runtime": "runc"\n}\n'
     docker.reload()
     wait_for(lambda: docker.info()["DefaultRuntime"] == "runc", 10, "default runtime back to runc")
     assert "nvidia" not in docker.runtimes()
+
+
+def test_deleting_the_keys_would_not_reload(docker, seeded):
+    """Why state=absent keeps `"runtimes": {}` and writes the stock default."""
+    docker.write_config(dc.edit_daemon_json(SEED, docker.config, "nvidia", docker.runtime, set_as_default=True))
+    docker.reload()
+    wait_for(lambda: docker.info()["DefaultRuntime"] == "nvidia", 10, "default runtime nvidia")
+    docker.write_config(SEED)  # the keys deleted outright
+    docker.reload()
+    time.sleep(1.0)
+    info = docker.info()
+    assert "nvidia" in info["Runtimes"] and info["DefaultRuntime"] == "nvidia"
 
 
 @pytest.mark.parametrize("broken", [

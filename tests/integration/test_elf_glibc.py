@@ -152,14 +152,25 @@ def test_real_newer_libc_through_root(libc_trees, coreutils_sid, release, versio
 
 
 def running_daemons(name):
-    """Pids whose argv[0] is `name` (any directory), from ps, an independent reader of /proc."""
+    """Pids whose argv[0] is `name` (any directory), from ps, an independent reader of /proc.
+
+    Daemons inside containers (their root is another directory, e.g. a Molecule node) are not this
+    machine's runtimes and are left out, as discovery does.
+    """
     out = subprocess.run(["ps", "-eo", "pid=,args="], stdout=subprocess.PIPE, universal_newlines=True).stdout
     pids = set()
     for line in out.splitlines():
         pid, _sep, args = line.strip().partition(" ")
-        if args.split() and os.path.basename(args.split()[0]) == name:
+        if args.split() and os.path.basename(args.split()[0]) == name and not in_container(pid):
             pids.add(int(pid))
     return pids
+
+
+def in_container(pid):
+    try:
+        return os.path.samefile("/proc/%s/root" % pid, "/") is False
+    except OSError:
+        return False
 
 
 # --- the module on this machine, for real ---------------------------------------------------------------

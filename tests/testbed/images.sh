@@ -133,8 +133,9 @@ for filename, ref, cmd, script in IMAGES:
     data = image_archive(ref, cmd, script)
     if os.path.exists(path) and open(path, "rb").read() == data:
         continue
-    with open(path + ".tmp", "wb") as handle:
+    temp = "%s.%d.tmp" % (path, os.getpid())  # concurrent builds never share a temp file
+    with open(temp, "wb") as handle:
         handle.write(data)
-    os.rename(path + ".tmp", path)
+    os.rename(temp, path)
     print("%s -> %s" % (ref, path))
 PY

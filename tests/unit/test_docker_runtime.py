@@ -82,11 +82,31 @@ def test_second_apply_is_byte_identical():
     assert edit(once, runtime_args=["a"], set_as_default=True, cdi=True) == once
 
 
-@pytest.mark.parametrize("kw", [{}, {"runtime_args": ["--debug"]}, {"set_as_default": True}])
-def test_present_then_absent_restores_original_bytes(kw):
+@pytest.mark.parametrize("kw,left", [
+    ({}, ',\n  "runtimes": {}\n}\n'),
+    ({"runtime_args": ["--debug"]}, ',\n  "runtimes": {}\n}\n'),
+    ({"set_as_default": True}, ',\n  "runtimes": {},\n  "default-runtime": "runc"\n}\n'),
+])
+def test_present_then_absent_leaves_only_reloadable_defaults(kw, left):
+    # dockerd reloads only keys present in the file: an emptied `runtimes` and the
+    # stock default stay, everything else is the original text.
     out = edit(SEED, **kw)
-    assert out != SEED
-    assert edit(out, state="absent") == SEED
+    removed = edit(out, state="absent")
+    assert removed == SEED[: SEED.rindex("\n}")] + left
+    # From there on, present then absent gives back the exact bytes.
+    assert edit(edit(removed, **kw), state="absent") == removed
+    assert edit(removed, state="absent") == removed
+
+
+@pytest.mark.parametrize("original", [
+    '{\n  "debug": true,\n  "runtimes": {}\n}\n',
+    '{\n  "runtimes": {\n    "crun": {"path": "/usr/bin/crun"}\n  },\n  "debug": true\n}\n',
+    '{"runtimes": {"crun": {"path": "/usr/bin/crun"}}}',
+])
+def test_present_then_absent_restores_original_bytes(original):
+    out = edit(original, runtime_args=["--debug"])
+    assert out != original
+    assert edit(out, state="absent") == original
 
 
 @pytest.mark.parametrize("unit", ["  ", "    ", "\t"])
@@ -99,14 +119,17 @@ def test_indentation_is_copied(unit):
         '\n{u}"default-runtime": "nvidia"\n}}\n').format(u=unit, ncr=NCR)
     assert out == expected
     assert dc.detect_indent(original) == unit
-    assert edit(out, state="absent") == original
+    removed = edit(out, state="absent")
+    assert removed == original[: original.rindex("\n}")] + (
+        ',\n{u}"runtimes": {{}},\n{u}"default-runtime": "runc"\n}}\n').format(u=unit)
+    assert edit(edit(removed, set_as_default=True), state="absent") == removed
 
 
 def test_one_line_file_stays_one_line():
     original = '{"log-driver":"json-file","debug":true}'
     out = edit(original, runtime_args=["x"])
     assert out == '{"log-driver":"json-file","debug":true,"runtimes":{"nvidia":{"path":"%s","runtimeArgs":["x"]}}}' % NCR
-    assert edit(out, state="absent") == original
+    assert edit(out, state="absent") == '{"log-driver":"json-file","debug":true,"runtimes":{}}'
 
 
 def test_missing_or_empty_file_gets_only_what_was_asked():
@@ -118,7 +141,7 @@ def test_missing_or_empty_file_gets_only_what_was_asked():
 
 def test_empty_object_file_roundtrip():
     assert edit("{}\n", state="absent") == "{}\n"
-    assert edit(edit("{}\n"), state="absent") == "{}\n"
+    assert edit(edit("{}\n"), state="absent") == '{\n  "runtimes": {}\n}\n'
 
 
 def test_other_runtime_kept_and_inline_object_extended_inline():
@@ -154,11 +177,13 @@ def test_cdi_keeps_other_feature_flags():
     assert json.loads(edit(out, state="absent"))["features"]["cdi"] is True
 
 
-def test_absent_drops_default_runtime_only_when_it_names_the_runtime():
+def test_absent_resets_default_runtime_only_when_it_names_the_runtime():
     ours = '{\n  "runtimes": {"nvidia": {"path": "x"}},\n  "default-runtime": "nvidia"\n}\n'
-    assert edit(ours, state="absent") == "{}\n"
+    assert edit(ours, state="absent") == '{\n  "runtimes": {},\n  "default-runtime": "runc"\n}\n'
     other = '{\n  "runtimes": {"nvidia": {"path": "x"}},\n  "default-runtime": "crun"\n}\n'
-    assert edit(other, state="absent") == '{\n  "default-runtime": "crun"\n}\n'
+    assert edit(other, state="absent") == '{\n  "runtimes": {},\n  "default-runtime": "crun"\n}\n'
+    # Nothing to remove: no `runtimes` key is invented.
+    assert edit('{\n  "debug": true\n}\n', state="absent") == '{\n  "debug": true\n}\n'
 
 
 def test_remove_first_member_keeps_layout():
@@ -171,7 +196,7 @@ def test_bom_and_crlf_are_kept():
     out = edit(original)
     assert out.startswith(u"\ufeff{\r\n  \"debug\": true,\r\n  \"runtimes\": {\r\n")
     assert "\n" not in out.replace("\r\n", "")
-    assert edit(out, state="absent") == original
+    assert edit(out, state="absent") == u"\ufeff{\r\n  \"debug\": true,\r\n  \"runtimes\": {}\r\n}\r\n"
 
 
 def test_unicode_and_escapes_untouched():
@@ -300,12 +325,14 @@ def test_module_creates_missing_file_and_absent_on_missing_does_nothing(capsys, 
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o644
 
 
-def test_module_present_then_absent_restores_bytes(capsys, daemon_json, runtime_binary, tmp_path):
+def test_module_present_then_absent(capsys, daemon_json, runtime_binary, tmp_path):
     run(capsys, path=str(daemon_json), binary=runtime_binary, set_as_default=True, systemd_root=str(tmp_path))
     assert json.loads(daemon_json.read_text())["default-runtime"] == "nvidia"
     result = run(capsys, path=str(daemon_json), state="absent", systemd_root=str(tmp_path))
-    assert result["changed"] is True and result["runtime"] is None and result["default_runtime"] is None
-    assert daemon_json.read_text() == SEED
+    assert result["changed"] is True and result["runtime"] is None and result["default_runtime"] == "runc"
+    assert daemon_json.read_text() == SEED[: SEED.rindex("\n}")] + (
+        ',\n  "runtimes": {},\n  "default-runtime": "runc"\n}\n')
+    assert run(capsys, path=str(daemon_json), state="absent", systemd_root=str(tmp_path))["changed"] is False
 
 
 def test_module_malformed_json_fails_and_leaves_file(capsys, tmp_path):
@@ -529,6 +556,18 @@ def test_default_runtime_flag_only_clashes_with_set_as_default(capsys, daemon_js
     assert daemon_json.read_text() == SEED
     result = run(capsys, path=str(daemon_json), binary=runtime_binary, systemd_root=root)
     assert result["changed"] is True
+
+
+def test_absent_refused_when_flag_makes_it_the_default(capsys, tmp_path):
+    path = tmp_path / "daemon.json"
+    original = '{"runtimes": {"nvidia": {"path": "/usr/bin/ncr"}}}\n'
+    path.write_text(original)
+    root = fake_root(tmp_path, {
+        "lib/systemd/system/docker.service": "[Service]\nExecStart=/usr/sbin/dockerd --default-runtime=nvidia\n",
+    })
+    result = run(capsys, path=str(path), state="absent", systemd_root=root)
+    assert result["failed"] is True and "default runtime undefined" in result["msg"]
+    assert path.read_text() == original
 
 
 def test_other_config_file_flag_warns(capsys, daemon_json, tmp_path):

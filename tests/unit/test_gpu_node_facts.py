@@ -227,6 +227,29 @@ def test_kubelet_installed_without_any_endpoint_uses_the_kubelet_default(tmp_pat
     assert facts["target"]["selected_by"] == "kubelet"
 
 
+def test_kubelet_default_served_by_nobody_falls_back_to_the_only_instance(tmp_path):
+    """kubelet installed, no flags, and only Docker: the default containerd socket matches nothing."""
+    tree = node_trees.NodeTree(tmp_path)
+    tree.file("/usr/bin/kubelet", "stand-in", mode=0o755)
+    tree.unit("docker.service", "/usr/sbin/dockerd -H unix:///run/docker.sock")
+    facts = discovery.gather(str(tmp_path))
+    assert facts["target"]["kind"] == "docker" and facts["target"]["selected_by"] == "only-instance"
+    assert facts["target_reason"].startswith("kubelet is installed but has no runtime endpoint configured")
+
+
+def test_process_not_started_by_the_service_that_declares_its_socket(tmp_path):
+    """dockerd started by hand beside an installed docker.service: restarting the service would not reach it."""
+    tree = node_trees.NodeTree(tmp_path)
+    tree.unit("docker.service", "/usr/sbin/dockerd -H fd://")
+    tree.unit("docker.socket", listen="/run/docker.sock")
+    pid = tree.process(["dockerd"])  # cgroup /user.slice: not a service
+    facts = discovery.gather(str(tmp_path))
+    [docker] = facts["runtimes"]
+    assert docker["pid"] == pid and docker["service"] is None
+    assert docker["restart"]["command"] == "kill -s HUP %d" % pid
+    assert "was not started by it" in docker["notes"][0]
+
+
 def test_socket_given_in_containerd_config_grpc_section(tmp_path):
     tree = node_trees.NodeTree(tmp_path)
     node_trees._distro_containerd(tree, socket="/run/custom/containerd.sock")
@@ -316,6 +339,22 @@ def test_operator_toolkit_dir_with_wrapper_scripts(tmp_path):
     failing = [c for c in facts["glibc"]["checks"] if not c["ok"]][0]
     assert failing["missing"] == ["GLIBC_2.25", "GLIBC_2.27"]
     assert len(failing["messages"]) == 2
+
+
+def test_toolkit_versions_from_the_package_that_ships_each_binary(tmp_path):
+    tree = node_trees.NodeTree(tmp_path)
+    tree.libc("2.36")
+    for name in ("nvidia-ctk", "nvidia-container-cli", "nvidia-container-runtime-hook"):
+        tree.elf_binary("/usr/bin/" + name, ["GLIBC_2.2.5", "GLIBC_2.34"])
+    tree.package("nvidia-container-toolkit", "1.17.8-1")
+    tree.package("nvidia-container-toolkit-base", "1.17.8-1")
+    tree.package("libnvidia-container-tools", "1.17.7-1")
+    toolkit = discovery.gather(str(tmp_path), ["toolkit"])["toolkit"]
+    sources = dict((b["name"], (b["version"], b["version_source"])) for b in toolkit["binaries"])
+    assert sources == {"nvidia-ctk": ("1.17.8-1", "package nvidia-container-toolkit-base"),
+                       "nvidia-container-cli": ("1.17.7-1", "package libnvidia-container-tools"),
+                       "nvidia-container-runtime-hook": ("1.17.8-1", "package nvidia-container-toolkit")}
+    assert toolkit["version"] == "1.17.8-1" and toolkit["runtime_path"] is None
 
 
 def test_root_keeps_absolute_symlinks_inside_the_tree(tmp_path):
@@ -483,3 +522,18 @@ def test_module_gather_subset(tmp_path, capsys):
     assert facts["gpus"][0]["device_id"] == "0x2330"
     assert facts["driver"]["version"] == "535.129.03"
     assert "runtimes" not in facts
+
+
+def test_three_instances_wall_time(tmp_path):
+    """Discovery on a node with three runtime instances stays well under a second (median of 10 runs)."""
+    import time
+    node_trees.build("three-instances", tmp_path)
+    times = []
+    for _ in range(10):
+        started = time.perf_counter()
+        facts = discovery.gather(str(tmp_path))
+        times.append(time.perf_counter() - started)
+    assert len(facts["runtimes"]) == 3
+    median = sorted(times)[len(times) // 2]
+    sys.stderr.write("\ngather() on the three-instances tree: median %.1f ms\n" % (median * 1000))
+    assert median < 1.0

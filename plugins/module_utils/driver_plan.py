@@ -1,0 +1,684 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Plan the NVIDIA driver and container toolkit installation of one node.
+
+Everything a role needs to decide before it changes anything, computed from
+what the node holds (read through ``root``, like gpu_node_facts) and from the
+operator's request:
+
+* the distribution, its package manager and which setup path applies;
+* for the driver: install, upgrade, keep (incident I6: a pre-baked or loaded
+  driver is left alone) or skip (no GPU); the packages, the repository, the
+  dnf module stream, the kernels DKMS must build for, Secure Boot, nouveau
+  and whether a reboot is still needed;
+* for the toolkit: the repository, one version pin for its four packages,
+  and whether the installed version may be changed.
+
+The plan is data: the roles carry it out with Ansible's own package and
+repository modules, and the unit tests check it for every distribution,
+including those whose archives cannot be reached from the test machines.
+
+Runs on managed nodes: standard library only.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import Node, gather
+
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                    "libnvidia-container-tools", "libnvidia-container1")
+# Install order for offline files: dependencies first.
+TOOLKIT_INSTALL_ORDER = ("libnvidia-container1", "libnvidia-container-tools",
+                         "nvidia-container-toolkit-base", "nvidia-container-toolkit")
+
+CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
+TOOLKIT_REPO_BASE = "https://nvidia.github.io/libnvidia-container"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
+MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+NOUVEAU_CONTENT = ("# Managed by gpunode.nvidia: the NVIDIA driver needs nouveau out of the way.\n"
+                   "blacklist nouveau\n"
+                   "options nouveau modeset=0\n")
+# First PCI device id of the Turing generation: open kernel modules need Turing or newer.
+TURING_FIRST_DEVICE_ID = 0x1E00
+OPEN_MODULES_FIRST_BRANCH = 515
+RHEL_IDS = ("rhel", "centos", "rocky", "almalinux", "ol")
+MODULE_FILE_RE = re.compile(r"^nvidia(-current)?(-open)?\.ko(\.xz|\.zst|\.gz)?$")
+DEB_FILE_RE = re.compile(r"^([a-z0-9][a-z0-9+.-]*)_([^_]+)_([a-z0-9]+)\.deb$")
+RPM_FILE_RE = re.compile(r"^(.+)-([^-]+)-([^-]+)\.([a-z0-9_]+)\.rpm$")
+
+
+class PlanError(ValueError):
+    """The request cannot be planned on this node; the message says what to do."""
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+def version_key(version):
+    """Sort key for package versions (epoch, then digit and non-digit runs)."""
+    epoch, _sep, rest = (version or "").rpartition(":")
+    parts = re.findall(r"\d+|[A-Za-z]+|~", rest)
+    key = [(-1, "") if part == "~" else (1, int(part)) if part.isdigit() else (0, part) for part in parts]
+    return (int(epoch) if epoch.isdigit() else 0, key)
+
+
+def upstream(version):
+    """'535.261.03' from '535.261.03-1', '3:550.54.15-1.el9' or '1.17.8-1'."""
+    if not version:
+        return None
+    rest = version.rpartition(":")[2]
+    return rest.split("-", 1)[0]
+
+
+def branch_of(version):
+    """The driver branch ('535') of a driver version, or None."""
+    match = re.match(r"^(\d{3,})\.", upstream(version) or "")
+    return match.group(1) if match else None
+
+
+# --- the node -----------------------------------------------------------------------------------
+
+def read_os_release(node):
+    text = node.read("/etc/os-release") or node.read("/usr/lib/os-release") or ""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip("\"'")
+    return fields
+
+
+def distribution(os_release, arch):
+    """Family, setup path and package manager from os-release fields."""
+    dist_id = os_release.get("ID", "").lower()
+    version = os_release.get("VERSION_ID", "")
+    major = version.split(".")[0]
+    codename = os_release.get("VERSION_CODENAME") or os_release.get("UBUNTU_CODENAME") or ""
+    like = os_release.get("ID_LIKE", "").lower().split()
+    if dist_id == "ubuntu":
+        family, setup, manager = "ubuntu", "Ubuntu", "apt"
+    elif dist_id == "debian" or ("debian" in like and dist_id != "ubuntu"):
+        family, setup, manager = "debian", "Debian", "apt"
+    elif dist_id == "amzn" and major == "2":
+        family, setup, manager = "amazon", "Amazon-2", "yum"
+    elif dist_id == "amzn":
+        family, setup, manager = "amazon", "RedHat", "dnf"
+    elif dist_id in RHEL_IDS or "rhel" in like:
+        family, setup, manager = "redhat", "RedHat", "dnf" if major != "7" else "yum"
+    else:
+        raise PlanError("unsupported distribution %r (os-release ID=%s VERSION_ID=%s): supported are Debian 12/13, "
+                        "Ubuntu 20.04-24.04, RHEL-compatible 8/9/10, Amazon Linux 2 and 2023"
+                        % (os_release.get("PRETTY_NAME", dist_id), dist_id, version))
+    return {"id": dist_id, "version": version, "major": major, "codename": codename, "family": family,
+            "setup": setup, "package_manager": manager, "arch": arch,
+            "deb_arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(arch, arch)}
+
+
+def kernels(node, running):
+    """Running kernel, installed kernels, and the one the machine boots next.
+
+    A kernel counts as installed when its image is in /boot or in its module
+    directory (RHEL, Amazon Linux). In a container or an image chroot the
+    running kernel is the build host's: it is not installed, and no module is
+    built for it.
+    """
+    installed = set()
+    for name in node.listdir("/boot"):
+        if name.startswith("vmlinuz-"):
+            installed.add(name[len("vmlinuz-"):])
+    for name in node.listdir("/lib/modules"):
+        if node.isfile("/lib/modules/%s/vmlinuz" % name):
+            installed.add(name)
+    ordered = sorted(installed, key=version_key)
+    boot = ordered[-1] if ordered else None
+    targets = sorted(set([k for k in (running, boot) if k in installed]), key=version_key)
+    return {"running": running, "installed": ordered, "boot": boot,
+            "running_installed": running in installed, "dkms_targets": targets}
+
+
+def module_files(node, kernel_list):
+    """nvidia.ko files (any compression, DKMS, kmod or .run install) for these kernels."""
+    found = []
+    for kernel in kernel_list:
+        base = "/lib/modules/%s" % kernel
+        local = node.local(base)
+        for directory, _dirs, files in os.walk(local):
+            for name in files:
+                if MODULE_FILE_RE.match(name):
+                    found.append(base + directory[len(local):] + "/" + name)
+    return sorted(found)
+
+
+def secure_boot(node, run=None):
+    """{'enabled': True/False/None, 'source': how it was read}. Read from efivars through root;
+    on the live node mokutil answers when efivars cannot be read."""
+    if not node.isdir("/sys/firmware/efi"):
+        return {"enabled": False, "source": "no EFI firmware (legacy BIOS boot)"}
+    state = _efi_variable(node, "SecureBoot")
+    if state is not None:
+        setup_mode = _efi_variable(node, "SetupMode")
+        return {"enabled": state == 1 and setup_mode != 1,
+                "source": "efivars SecureBoot-%s=%d SetupMode=%s" % (EFI_GLOBAL_GUID, state, setup_mode)}
+    if run is not None:
+        rc, out, err = run(["mokutil", "--sb-state"])
+        text = (out or "") + (err or "")
+        if "SecureBoot enabled" in text:
+            return {"enabled": True, "source": "mokutil --sb-state"}
+        if "SecureBoot disabled" in text:
+            return {"enabled": False, "source": "mokutil --sb-state"}
+    return {"enabled": None, "source": "unknown: efivars not readable and mokutil gave no answer"}
+
+
+def _efi_variable(node, name):
+    """The value byte of an EFI global variable (after its 4 attribute bytes), or None."""
+    try:
+        with open(node.local("/sys/firmware/efi/efivars/%s-%s" % (name, EFI_GLOBAL_GUID)), "rb") as handle:
+            data = handle.read(16)
+    except (IOError, OSError):
+        return None
+    return bytearray(data)[4] if len(data) >= 5 else None
+
+
+def mok_key(node, run=None, enrolled=None):
+    """The Machine Owner Key DKMS signs modules with, and whether it is enrolled."""
+    for path in MOK_KEYS:
+        if node.isfile(path):
+            if enrolled is None and run is not None:
+                rc, out, err = run(["mokutil", "--test-key", path])
+                enrolled = "already enrolled" in (out or "") + (err or "")
+            return {"path": path, "enrolled": bool(enrolled)}
+    return {"path": None, "enrolled": False}
+
+
+def apt_sources_with(node, suite, component):
+    """Files of enabled apt sources (one-line or deb822) that already carry suite/component."""
+    found = []
+    for path in ["/etc/apt/sources.list"] + node.glob("/etc/apt/sources.list.d", "*.list"):
+        for line in (node.read(path) or "").splitlines():
+            words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+            if len(words) >= 4 and words[0] == "deb" and words[2] == suite and component in words[3:]:
+                found.append(path)
+    for path in node.glob("/etc/apt/sources.list.d", "*.sources"):
+        for stanza in (node.read(path) or "").split("\n\n"):
+            fields = dict((k.strip().lower(), v.split()) for k, _s, v in
+                          (line.partition(":") for line in stanza.splitlines() if not line.startswith("#")))
+            if (suite in fields.get("suites", []) and component in fields.get("components", [])
+                    and "deb" in fields.get("types", []) and fields.get("enabled", ["yes"])[0] != "no"):
+                found.append(path)
+    return sorted(set(found))
+
+
+def offline_files(node, directory, names, version_glob, manager):
+    """{package: node path} of the package files to install from an offline directory.
+
+    Per package, the file whose version matches version_glob ('535.*', '1.17.8-1'),
+    the highest such version. Missing packages are an error naming the directory.
+    """
+    pattern = DEB_FILE_RE if manager == "apt" else RPM_FILE_RE
+    candidates = {}
+    for name in node.listdir(directory):
+        match = pattern.match(name)
+        if not match:
+            continue
+        package, version = match.group(1), match.group(2)
+        if manager != "apt":
+            version = "%s-%s" % (match.group(2), match.group(3))
+        if package in names and _version_matches(version, version_glob):
+            candidates.setdefault(package, []).append((version_key(version), directory.rstrip("/") + "/" + name))
+    missing = [n for n in names if n not in candidates]
+    if missing:
+        raise PlanError("offline directory %s has no package file for %s%s (files are named like %s); copy them "
+                        "there or change the version pin" % (
+                            directory, ", ".join(missing),
+                            " at version %s" % version_glob if version_glob else "",
+                            "NAME_VERSION_ARCH.deb" if manager == "apt" else "NAME-VERSION-RELEASE.ARCH.rpm"))
+    return [max(candidates[n])[1] for n in names]
+
+
+def _version_matches(version, version_glob):
+    if not version_glob:
+        return True
+    bare = version.rpartition(":")[2]
+    if version_glob.endswith("*"):
+        return bare.startswith(version_glob[:-1])
+    return bare == version_glob or upstream(bare) == version_glob
+
+
+# --- driver -------------------------------------------------------------------------------------
+
+def choose_flavour(requested, gpus, branch):
+    """('open'|'proprietary', why). Open modules need a Turing or newer GPU and branch 515+."""
+    if requested in ("open", "proprietary"):
+        return requested, "asked for"
+    if branch and int(branch) < OPEN_MODULES_FIRST_BRANCH:
+        return "proprietary", "branch %s predates the open kernel modules (515)" % branch
+    older = [g["pci_address"] for g in gpus if _device_id(g) is not None and _device_id(g) < TURING_FIRST_DEVICE_ID]
+    if older:
+        return "proprietary", "GPU %s is older than Turing: the open modules do not support it" % ", ".join(older)
+    if gpus:
+        return "open", "every GPU is Turing or newer: open modules are NVIDIA's default from 560"
+    return "open", "no GPU seen (image bake): open modules, NVIDIA's default from 560 (set the flavour for pre-Turing fleets)"
+
+
+def _device_id(gpu):
+    try:
+        return int(gpu.get("device_id") or "", 16)
+    except ValueError:
+        return None
+
+
+def installed_driver(node, driver_facts, kernel_facts):
+    """What driver is on the node: loaded module, packages, module files."""
+    packages = driver_facts.get("packages") or {}
+    branches = sorted(set(b for b in (branch_of(v) for v in packages.values()) if b))
+    files = module_files(node, sorted(set(kernel_facts["installed"] + [kernel_facts["running"]])))
+    package_version = None
+    for name in sorted(packages):
+        if branch_of(packages[name]):
+            package_version = upstream(packages[name])
+            break
+    return {
+        "present": bool(driver_facts.get("loaded") or packages or files),
+        "loaded": bool(driver_facts.get("loaded")),
+        "loaded_version": driver_facts.get("version"),
+        "loaded_flavour": driver_facts.get("flavour"),
+        "packages": packages,
+        "package_version": package_version,
+        "module_files": files,
+        "branch": branch_of(driver_facts.get("version")) or (branches[-1] if branches else None),
+        "nouveau_loaded": bool(driver_facts.get("nouveau_loaded")),
+    }
+
+
+def driver_action(request, gpus, installed, flavour):
+    """(action, reason): skip, keep, install or upgrade."""
+    branch = request.get("branch") or None
+    if not gpus and not request.get("install_without_gpu"):
+        return "skip", ("no NVIDIA GPU in /sys/bus/pci/devices: nothing to install. For an image bake on a machine "
+                        "without a GPU set nvidia_driver_install_without_gpu: true")
+    if not installed["present"]:
+        return "install", "no NVIDIA driver installed"
+    what = "driver %s (%s)" % (installed["loaded_version"] or installed["package_version"] or "of unknown version",
+                               "loaded" if installed["loaded"] else "installed, not loaded")
+    changes = []
+    if branch and installed["branch"] and installed["branch"] != branch:
+        changes.append("branch %s is asked for, %s is on the node" % (branch, installed["branch"]))
+    if (request.get("flavour") in ("open", "proprietary") and installed["loaded_flavour"]
+            and installed["loaded_flavour"] != request.get("flavour")):
+        changes.append("%s modules are asked for, %s are loaded" % (request.get("flavour"), installed["loaded_flavour"]))
+    if not changes:
+        return "keep", "%s is left alone (pre-installed drivers are never reinstalled)" % what
+    if request.get("allow_upgrade"):
+        return "upgrade", "%s: %s, and upgrades are allowed" % (what, "; ".join(changes))
+    return "keep", ("%s is left alone: %s, but upgrades are not allowed (set nvidia_driver_allow_upgrade: true)"
+                    % (what, "; ".join(changes)))
+
+
+def driver_packages(dist, branch, flavour, request, kernel_facts):
+    """Package names per distribution: (names, version_pinned, stream, versionlock, notes).
+
+    version_pinned: the branch is held by a version spec on each name (Debian, RHEL 10,
+    Amazon Linux 2); Ubuntu names carry the branch, RHEL 8/9 and Amazon Linux 2023 hold
+    it with the dnf module stream.
+    """
+    family, major = dist["family"], dist["major"]
+    open_ = flavour == "open"
+    notes = []
+    if family == "debian":
+        names = (["nvidia-open-kernel-dkms", "firmware-nvidia-gsp"] if open_ else ["nvidia-kernel-dkms"])
+        return names + ["nvidia-smi", "libcuda1", "libnvidia-ml1"], True, None, [], notes
+    if family == "ubuntu":
+        if not branch:
+            raise PlanError("Ubuntu's driver packages are per branch: set nvidia_driver_branch (e.g. 535, 570, 580)")
+        suffix = "-server-open" if open_ else "-server"
+        if request.get("ubuntu_modules", "prebuilt") == "prebuilt":
+            names = ["nvidia-headless-no-dkms-%s%s" % (branch, suffix), "nvidia-utils-%s-server" % branch]
+            names += ["linux-modules-nvidia-%s%s-%s" % (branch, suffix, k) for k in _ubuntu_module_kernels(kernel_facts)]
+            notes.append("prebuilt modules signed by Canonical: no DKMS build, Secure Boot compatible")
+        else:
+            names = ["nvidia-headless-%s%s" % (branch, suffix), "nvidia-utils-%s-server" % branch]
+        return names, False, None, [], notes
+    kmod = "kmod-nvidia-open-dkms" if open_ else "kmod-nvidia-latest-dkms"
+    if dist["setup"] == "Amazon-2":
+        notes.append("Amazon Linux 2 uses NVIDIA's frozen rhel7 repository: newer branches are not published there")
+        return ["nvidia-driver-latest-dkms", kmod], True, None, [], notes
+    names = ["nvidia-driver-cuda", kmod]
+    if family == "redhat" and int(major or 0) >= 10:
+        notes.append("RHEL 10 has no driver module streams: the branch is held with dnf versionlock")
+        return names, True, None, ["*nvidia*%s*" % branch] if branch else [], notes
+    stream = "%s-%s" % (branch or ("open" if open_ else "latest"), "open" if open_ and branch else "dkms")
+    return names, False, "nvidia-driver:%s" % stream, [], notes
+
+
+def _ubuntu_module_kernels(kernel_facts):
+    """Kernel flavour metapackage (generic, aws ...) plus every DKMS target kernel by release."""
+    releases = kernel_facts["dkms_targets"] or [kernel_facts["running"]]
+    flavours = sorted(set(r.rsplit("-", 1)[-1] for r in releases if r and "-" in r))
+    return flavours + [r for r in releases if r]
+
+
+def version_spec(manager, name, version_glob):
+    """apt `name=535.*` / dnf and yum `name-535.*`: the form each package manager reads."""
+    if not version_glob:
+        return name
+    return "%s%s%s" % (name, "=" if manager == "apt" else "-", version_glob)
+
+
+def driver_repository(dist, request, node):
+    """The repository the packages come from, or None (already enabled / offline)."""
+    if request["source"] == "offline":
+        return None
+    family = dist["family"]
+    if family == "debian":
+        mirror = request.get("debian_mirror") or DEBIAN_MIRROR
+        suites = request.get("debian_suites") or [dist["codename"], dist["codename"] + "-updates"]
+        if mirror == DEBIAN_MIRROR:
+            enabled = apt_sources_with(node, dist["codename"], "non-free")
+            if enabled:
+                return None
+        return {"kind": "deb822", "name": "nvidia-driver-debian", "types": ["deb"], "uris": [mirror],
+                "suites": suites, "components": ["non-free", "non-free-firmware"],
+                "signed_by": request.get("debian_signed_by") or DEBIAN_KEYRING}
+    if family == "ubuntu":
+        return None  # restricted is enabled on Ubuntu by default
+    return {"kind": "yum", "name": "cuda-nvidia-driver", "description": "NVIDIA CUDA repository (driver packages)",
+            "baseurl": _cuda_repo_url(dist, request), "gpgkey": _cuda_key_url(dist, request),
+            "gpgcheck": True, "enabled": True}
+
+
+def _cuda_repo_path(dist):
+    arch = "sbsa" if dist["arch"] == "aarch64" else dist["arch"]
+    if dist["id"] == "amzn":
+        name = "amzn2023" if dist["major"] == "2023" else "rhel7"
+    else:
+        name = "rhel%s" % dist["major"]
+    return "%s/%s" % (name, arch)
+
+
+def _cuda_repo_url(dist, request):
+    if request.get("repo_url"):
+        return request["repo_url"]
+    return "%s/%s" % ((request.get("repo_base") or CUDA_REPO_BASE).rstrip("/"), _cuda_repo_path(dist))
+
+
+def _cuda_key_url(dist, request):
+    if request.get("repo_key_url"):
+        return request["repo_key_url"]
+    key = "CDF6BA43.pub" if dist["family"] == "redhat" and int(dist["major"] or 0) >= 10 else "D42D0685.pub"
+    return "%s/%s" % (_cuda_repo_url(dist, request).rstrip("/"), key)
+
+
+def headers_packages(dist, kernel_facts, module_path):
+    if module_path != "dkms":
+        return []
+    if dist["package_manager"] == "apt":
+        return ["linux-headers-%s" % k for k in kernel_facts["dkms_targets"]]
+    return ["kernel-devel-%s" % k for k in kernel_facts["dkms_targets"]]
+
+
+def initramfs_command(node, dist):
+    if dist["package_manager"] == "apt":
+        if node.isfile("/usr/sbin/update-initramfs"):
+            return ["update-initramfs", "-u", "-k", "all"]
+        return None
+    if node.isfile("/usr/bin/dracut") or node.isfile("/usr/sbin/dracut"):
+        return ["dracut", "-f", "--regenerate-all"]
+    return None
+
+
+def secure_boot_plan(dist, module_path, sb, mok, check):
+    """Does Secure Boot block this install? Prebuilt signed modules pass; DKMS needs an enrolled key."""
+    signed = module_path == "prebuilt" or mok["enrolled"]
+    blocks = bool(check and sb["enabled"] and not signed)
+    message = None
+    if blocks:
+        key = mok["path"] or "/var/lib/dkms/mok.pub"
+        message = (
+            "Secure Boot is enabled (%s) and the NVIDIA kernel modules would be built by DKMS and signed with no "
+            "enrolled key: the kernel would refuse to load them and the GPU would stay unusable. Nothing was "
+            "installed. Do one of: (1) enroll the key DKMS signs with: `mokutil --import %s` (create it with "
+            "`dkms generate_mok` if missing), reboot, confirm the enrolment in MokManager at the console, then run "
+            "again; %s(3) disable Secure Boot in the firmware; (4) if your modules are signed another way, set "
+            "nvidia_driver_secure_boot_check: false." % (
+                sb["source"], key,
+                "(2) use Canonical's signed prebuilt modules: nvidia_driver_ubuntu_modules: prebuilt; "
+                if dist["family"] == "ubuntu" else "(2) install a driver whose modules are already signed; "))
+    return {"enabled": sb["enabled"], "source": sb["source"], "module_signed": signed, "mok_key": mok["path"],
+            "mok_enrolled": mok["enrolled"], "blocks_install": blocks, "message": message}
+
+
+def reboot_state(gpus, installed):
+    """Is a reboot still needed for the installed driver to be the one running?"""
+    reasons = []
+    if installed["nouveau_loaded"] and (installed["packages"] or installed["module_files"]):
+        reasons.append("nouveau is loaded and holds the GPU")
+    if installed["loaded"] and installed["package_version"] and installed["loaded_version"] \
+            and installed["loaded_version"] != installed["package_version"]:
+        reasons.append("driver %s is loaded but %s is installed" % (installed["loaded_version"],
+                                                                    installed["package_version"]))
+    if not installed["loaded"] and (installed["packages"] or installed["module_files"]):
+        if gpus:
+            reasons.append("the NVIDIA driver is installed but not loaded")
+        else:
+            reasons.append("the NVIDIA driver is installed for GPU hardware this machine does not have: it loads "
+                           "when the image boots on a GPU node")
+    return {"required": bool(reasons), "reasons": reasons}
+
+
+def plan_driver(node, request, env):
+    """The driver plan. request: the role's options; env: running_kernel, arch, secure_boot,
+    mok_enrolled overrides (None = read from the node)."""
+    dist = distribution(read_os_release(node), env["arch"])
+    facts = gather(node.root, ("gpus", "driver"), run=node.run)
+    gpus = facts["gpus"]
+    kernel_facts = kernels(node, env["running_kernel"])
+    installed = installed_driver(node, facts["driver"], kernel_facts)
+    branch = request.get("branch") or None
+    if not branch and dist["family"] == "ubuntu":
+        branch = request.get("default_branch") or None
+    flavour, flavour_reason = choose_flavour(request.get("flavour") or "auto", gpus, branch)
+    request = dict(request, branch=branch)
+    action, reason = driver_action(request, gpus, installed, flavour)
+    source = _driver_source(dist, request)
+    request["source"] = source
+    module_path = "prebuilt" if (dist["family"] == "ubuntu"
+                                 and request.get("ubuntu_modules", "prebuilt") == "prebuilt") else "dkms"
+    plan = {"action": action, "reason": reason, "distribution": dist, "setup": dist["setup"],
+            "package_manager": dist["package_manager"], "gpus": gpus, "installed": installed,
+            "branch": branch, "flavour": flavour, "flavour_reason": flavour_reason, "source": source,
+            "module_path": module_path, "kernel": kernel_facts, "repository": None, "module_stream": None,
+            "versionlock": [], "packages": [], "offline_files": [], "headers": [], "notes": [],
+            "nouveau": {"blacklist_path": NOUVEAU_BLACKLIST, "content": NOUVEAU_CONTENT,
+                        "initramfs_command": initramfs_command(node, dist)},
+            "reboot": reboot_state(gpus, installed), "commands": []}
+    sb = env["secure_boot"] if env.get("secure_boot") is not None else secure_boot(node, node.run)
+    mok = mok_key(node, node.run, env.get("mok_enrolled"))
+    plan["secure_boot"] = secure_boot_plan(dist, module_path, sb, mok, request.get("secure_boot_check", True))
+    if action not in ("install", "upgrade"):
+        return plan
+    names, pinned, stream, lock, notes = driver_packages(dist, branch, flavour, request, kernel_facts)
+    version_glob = "%s.*" % branch if branch and pinned else None
+    packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
+    if request.get("packages"):
+        names = packages = list(request["packages"])
+    plan.update(packages=packages, module_stream=stream, versionlock=lock, notes=notes,
+                headers=headers_packages(dist, kernel_facts, module_path) if request.get("kernel_headers", True) else [],
+                repository=driver_repository(dist, request, node))
+    if source == "offline":
+        plan["offline_files"] = offline_files(node, request["offline_dir"], names,
+                                              "%s.*" % branch if branch else None, dist["package_manager"])
+        plan["module_stream"] = None
+    plan["commands"] = driver_commands(plan, action)
+    return plan
+
+
+def _driver_source(dist, request):
+    source = request.get("source") or "auto"
+    if source == "auto":
+        source = "distribution" if dist["family"] in ("debian", "ubuntu") else "nvidia"
+    if source == "offline" and not request.get("offline_dir"):
+        raise PlanError("source offline needs nvidia_driver_offline_dir: a directory on the node holding the packages")
+    if source == "nvidia" and dist["family"] in ("debian", "ubuntu"):
+        raise PlanError("source nvidia (NVIDIA's CUDA repository) is planned for RPM distributions only; on %s use "
+                        "the distribution's packages (source: distribution) or offline" % dist["id"])
+    if source == "distribution" and dist["family"] not in ("debian", "ubuntu"):
+        raise PlanError("%s carries no NVIDIA driver packages of its own: use source nvidia (NVIDIA's CUDA "
+                        "repository or a mirror of it) or offline" % dist["id"])
+    return source
+
+
+def driver_commands(plan, action):
+    """The commands the role runs, in order, for the operator to read (check mode, docs, tests)."""
+    manager = plan["package_manager"]
+    commands = []
+    repo = plan["repository"]
+    if repo and repo["kind"] == "deb822":
+        commands.append("write /etc/apt/sources.list.d/%s.sources (%s %s, Signed-By %s)" % (
+            repo["name"], " ".join(repo["uris"]), " ".join(repo["suites"]), repo["signed_by"]))
+        commands.append("apt-get update")
+    elif repo:
+        commands.append("write /etc/yum.repos.d/%s.repo (baseurl %s, gpgcheck=1, gpgkey %s)" % (
+            repo["name"], repo["baseurl"], repo["gpgkey"]))
+    commands.append("write %s; regenerate the initramfs if it changed" % plan["nouveau"]["blacklist_path"])
+    if plan["headers"]:
+        commands.append(_install_command(manager, plan["headers"]))
+    if plan["module_stream"]:
+        verb = "switch-to" if action == "upgrade" else "enable"
+        commands.append("dnf -y module %s %s%s" % (verb, plan["module_stream"],
+                                                    " --allowerasing" if verb == "switch-to" else ""))
+    if plan["versionlock"]:
+        commands.append("dnf install -y python3-dnf-plugin-versionlock")
+        commands.append("dnf versionlock add %s" % " ".join("'%s'" % p for p in plan["versionlock"]))
+    if plan["offline_files"]:
+        commands.append(_install_command(manager, plan["offline_files"]))
+    else:
+        commands.append(_install_command(manager, plan["packages"], allow_change=action == "upgrade"))
+    for kernel in plan["kernel"]["dkms_targets"]:
+        if plan["module_path"] == "dkms" and kernel != plan["kernel"]["running"]:
+            commands.append("dkms autoinstall -k %s" % kernel)
+    return commands
+
+
+def _install_command(manager, packages, allow_change=False):
+    if manager == "apt":
+        return "apt-get install -y --no-install-recommends %s%s" % (
+            "--allow-downgrades " if allow_change else "", " ".join(packages))
+    if manager == "yum":
+        return "yum install -y %s" % " ".join(packages)
+    return "dnf install -y %s%s" % ("--allowerasing " if allow_change else "", " ".join(packages))
+
+
+# --- container toolkit --------------------------------------------------------------------------
+
+def toolkit_action(request, installed):
+    """(action, reason): install, keep, change or refused."""
+    wanted = request.get("version") or None
+    present = dict((n, installed[n]) for n in TOOLKIT_PACKAGES if installed.get(n))
+    if not present:
+        return "install", "the container toolkit is not installed"
+    versions = sorted(set(present.values()), key=version_key)
+    if wanted is None:
+        if len(present) < len(TOOLKIT_PACKAGES):
+            return "install", "only %s of the four toolkit packages are installed" % ", ".join(sorted(present))
+        if len(versions) > 1:
+            return "keep", ("the toolkit packages are at different versions (%s): set nvidia_container_toolkit_version "
+                            "to align them" % ", ".join("%s %s" % i for i in sorted(present.items())))
+        return "keep", "toolkit %s is installed and no version is pinned" % versions[0]
+    differ = dict((n, v) for n, v in present.items() if not _version_matches(v, wanted))
+    if not differ and len(present) == len(TOOLKIT_PACKAGES):
+        return "keep", "toolkit %s is installed as pinned" % wanted
+    if not differ:
+        return "install", "completing the toolkit packages at %s" % wanted
+    if request.get("allow_upgrade"):
+        return "change", "moving %s to %s (upgrades allowed)" % (
+            ", ".join("%s %s" % i for i in sorted(differ.items())), wanted)
+    return "refused", ("toolkit %s is installed and %s is asked for; the packages were not changed. Set "
+                       "nvidia_container_toolkit_allow_upgrade: true to move all four packages to %s" % (
+                           ", ".join(sorted(set(differ.values()), key=version_key)), wanted, wanted))
+
+
+def toolkit_repository(dist, request):
+    if request.get("source") == "offline":
+        return None
+    base = (request.get("repo_base") or TOOLKIT_REPO_BASE).rstrip("/")
+    channel = request.get("channel") or "stable"
+    key = request.get("repo_key_url") or base + "/gpgkey"
+    if dist["package_manager"] == "apt":
+        return {"kind": "deb822", "name": "nvidia-container-toolkit", "types": ["deb"],
+                "uris": [request.get("repo_url") or "%s/%s/deb/$(ARCH)" % (base, channel)],
+                "suites": ["/"], "components": [], "signed_by": key}
+    return {"kind": "yum", "name": "nvidia-container-toolkit", "description": "NVIDIA container toolkit",
+            "baseurl": request.get("repo_url") or "%s/%s/rpm/$basearch" % (base, channel),
+            "gpgkey": key, "gpgcheck": bool(request.get("gpgcheck", True)),
+            "repo_gpgcheck": bool(request.get("repo_gpgcheck", True)), "enabled": True}
+
+
+def apt_pin_file(version):
+    """apt preferences that hold the four packages at one version (protects against `apt upgrade`)."""
+    if not version:
+        return None
+    pin = version if "-" in version else version + "-*"
+    return ("# Managed by gpunode.nvidia (nvidia_container_toolkit_version): the four container toolkit\n"
+            "# packages move together; mismatched versions are a known breakage.\n"
+            "Package: %s\nPin: version %s\nPin-Priority: 1001\n" % (" ".join(TOOLKIT_PACKAGES), pin))
+
+
+def toolkit_specs(manager, version):
+    if not version:
+        return list(TOOLKIT_PACKAGES)
+    if manager == "apt":
+        return ["%s=%s" % (n, version if "-" in version else version + "-*") for n in TOOLKIT_PACKAGES]
+    return ["%s-%s" % (n, version) for n in TOOLKIT_PACKAGES]
+
+
+def plan_toolkit(node, request, env):
+    dist = distribution(read_os_release(node), env["arch"])
+    facts = gather(node.root, ("gpus", "toolkit"), run=node.run)
+    installed = facts["toolkit"]["packages"]
+    version = request.get("version") or None
+    action, reason = toolkit_action(request, installed)
+    source = request.get("source") or "nvidia"
+    if source == "offline" and not request.get("offline_dir"):
+        raise PlanError("source offline needs nvidia_container_toolkit_offline_dir: a directory on the node "
+                        "holding the four packages")
+    manager = dist["package_manager"]
+    plan = {"action": action, "reason": reason, "distribution": dist, "package_manager": manager,
+            "source": source, "version": version, "installed": installed, "gpus": facts["gpus"],
+            "repository": toolkit_repository(dist, dict(request, source=source)),
+            "packages": toolkit_specs(manager, version),
+            "apt_pin": apt_pin_file(version) if manager == "apt" else None,
+            "apt_pin_path": "/etc/apt/preferences.d/nvidia-container-toolkit" if manager == "apt" else None,
+            "offline_files": [], "commands": []}
+    if source == "offline" and action in ("install", "change"):
+        wanted = version or installed.get("nvidia-container-toolkit")
+        plan["offline_files"] = offline_files(node, request["offline_dir"], list(TOOLKIT_INSTALL_ORDER),
+                                              wanted, manager)
+    plan["commands"] = toolkit_commands(plan)
+    return plan
+
+
+def toolkit_commands(plan):
+    manager, repo = plan["package_manager"], plan["repository"]
+    commands = []
+    if repo and repo["kind"] == "deb822":
+        commands.append("write /etc/apt/sources.list.d/%s.sources (%s, Suites: /, Signed-By: key from %s)"
+                        % (repo["name"], repo["uris"][0], repo["signed_by"]))
+        commands.append("apt-get update (this source only)")
+    elif repo:
+        commands.append("write /etc/yum.repos.d/%s.repo (baseurl %s, gpgcheck=%d, repo_gpgcheck=%d, gpgkey %s)" % (
+            repo["name"], repo["baseurl"], repo["gpgcheck"], repo["repo_gpgcheck"], repo["gpgkey"]))
+    if plan["apt_pin"]:
+        commands.append("write %s (Pin: version %s)" % (plan["apt_pin_path"], plan["version"]))
+    if plan["action"] in ("install", "change"):
+        targets = plan["offline_files"] or plan["packages"]
+        commands.append(_install_command(manager, targets, allow_change=plan["action"] == "change"))
+    return commands
