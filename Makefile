@@ -15,14 +15,15 @@ export PATH := $(VENV)/bin:$(PATH)
 bootstrap:
 	tests/testbed/bootstrap.sh
 
+# All tests: unit (no daemons), integration (real containerd/dockerd), Molecule (real systemd nodes).
+test: bootstrap
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/molecule
+
 unit: bootstrap
 	$(PY) -m pytest -q tests/unit
 
 integration: bootstrap
 	$(PY) -m pytest -q tests/integration
-
-test: bootstrap
-	$(PY) -m pytest -q tests/unit tests/integration
 
 demo:
 	demo/run.sh
@@ -31,4 +32,4 @@ demo-clean:
 	docker rm -f gpunode-demo >/dev/null 2>&1 || true
 
 molecule: bootstrap
-	cd $(REPO) && $(VENV)/bin/molecule test --all
+	$(PY) -m pytest -q tests/molecule

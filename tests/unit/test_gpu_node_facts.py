@@ -537,3 +537,17 @@ def test_three_instances_wall_time(tmp_path):
     median = sorted(times)[len(times) // 2]
     sys.stderr.write("\ngather() on the three-instances tree: median %.1f ms\n" % (median * 1000))
     assert median < 1.0
+
+
+@pytest.mark.parametrize("out,version", [
+    ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n", "1.6.20~ds1"),
+    ("containerd github.com/containerd/containerd/v2 2.1.9+unknown \n", "2.1.9+unknown"),
+    ("Docker version 20.10.24+dfsg1, build 297e128\n", "20.10.24+dfsg1"),
+    ("crio version 1.28.1\nVersion:        1.28.1\nGitCommit:      unknown\n", "1.28.1"),
+    ("cli-version: 1.14.3\nlib-version: 1.14.3\nbuild date: 2023-10-19T11:32+00:00\n", "1.14.3"),
+    ("NVIDIA Container Runtime version 1.17.8\ncommit: f202b80\nspec: 1.2.1\n", "1.17.8"),
+    ("k3s version v1.30.4+k3s1 (98262b5d)\ngo version go1.22.5\n", "1.30.4+k3s1"),
+])
+def test_version_output_parsing(out, version):
+    assert discovery._parse_version_output(0, out, "") == version
+    assert discovery._parse_version_output(1, out, "") is None
