@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import struct
 import subprocess
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.elf import (
@@ -250,7 +251,6 @@ def read_rpm_sqlite(path):
 
 def rpm_header_strings(blob, wanted):
     """String tags of an rpm header blob (index count, data size, entries, data)."""
-    import struct
     found = {}
     if len(blob) < 8:
         return found

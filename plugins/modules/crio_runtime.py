@@ -204,21 +204,21 @@ def run_module(module):
     )
 
 
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", default="/etc/crio/crio.conf.d/99-nvidia.toml"),
+    main_config=dict(type="path", default="/etc/crio/crio.conf"),
+    name=dict(type="str", default="nvidia"),
+    binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
+    runtime_root=dict(type="path"),
+    set_as_default=dict(type="bool", default=False),
+    allow_missing_binary=dict(type="bool", default=False),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    backup=dict(type="bool", default=False),
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", default="/etc/crio/crio.conf.d/99-nvidia.toml"),
-            main_config=dict(type="path", default="/etc/crio/crio.conf"),
-            name=dict(type="str", default="nvidia"),
-            binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
-            runtime_root=dict(type="path"),
-            set_as_default=dict(type="bool", default=False),
-            allow_missing_binary=dict(type="bool", default=False),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            backup=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.exit_json(**run_module(module))
 
 

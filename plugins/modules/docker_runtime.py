@@ -15,12 +15,12 @@ version_added: 0.1.0
 description:
   - Edits C(runtimes.<name>) (and optionally C(default-runtime) and C(features.cdi)) in Docker's
     C(daemon.json) in place. Every other key keeps its bytes, its order and the file's
-    indentation: C(log-opts), C(registry-mirrors), C(insecure-registries), C(exec-opts) and the
+    indentation, so C(log-opts), C(registry-mirrors), C(insecure-registries), C(exec-opts) and the
     rest come through untouched. New keys copy the layout of their neighbours.
   - A missing file is created holding only what was asked for.
   - O(state=absent) removes C(runtimes.<name>) but keeps an emptied C(runtimes) object as
     C({}), and turns a C(default-runtime) that named the runtime into C(runc). On SIGHUP dockerd
-    reloads only the keys present in the file (seen with 20.10, 26.1 and 28.5): deleting them
+    reloads only the keys present in the file (seen with 20.10, 26.1 and 28.5), so deleting them
     would leave the runtime registered, and still the default, until a full restart. A file
     that already held other runtimes gets its original bytes back.
   - Before writing, the candidate is checked with C(dockerd --validate --config-file CANDIDATE)
@@ -29,15 +29,15 @@ description:
   - Fails before writing when dockerd's command line (systemd unit, drop-in, or C(DOCKER_OPTS)
     in C(/etc/default/docker) / C(/etc/sysconfig/docker)) already sets what this edit writes,
     and names the file that passes the flag. C(--default-runtime) with O(set_as_default=true),
-    or C(--feature) with O(cdi=true): dockerd refuses to start when a key is given both ways.
-    C(--add-runtime <name>=...) for the same runtime name: dockerd would silently use the
-    file's definition and ignore the flag. C(--add-runtime) for other names is fine (dockerd
-    merges them with C(runtimes)). With O(state=absent), C(--default-runtime <name>): removing
-    the runtime would leave dockerd's default undefined.
+    or C(--feature) with O(cdi=true) (dockerd refuses to start when a key is given both ways).
+    C(--add-runtime <name>=...) for the same runtime name (dockerd would silently use the
+    file's definition and ignore the flag). C(--add-runtime) for other names is fine (dockerd
+    merges them with C(runtimes)). With O(state=absent), C(--default-runtime <name>) (removing
+    the runtime would leave dockerd's default undefined).
   - The write is atomic (temporary file in the same directory, fsync, rename), keeps owner, mode
     and SELinux context, and can keep a backup. Credentials are masked in the diff and in every
     returned value.
-  - The change is not applied to a running dockerd: reload it (C(systemctl reload docker), i.e.
+  - The change is not applied to a running dockerd; reload it (C(systemctl reload docker), i.e.
     SIGHUP), which picks up C(runtimes) and C(default-runtime) without stopping containers.
   - Needs only the Python standard library on the node.
 author:
@@ -363,24 +363,24 @@ def diff(path, before, after):
             "before_header": path, "after_header": path}
 
 
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", default="/etc/docker/daemon.json"),
+    name=dict(type="str", default="nvidia"),
+    binary=dict(type="str", default="nvidia-container-runtime"),
+    runtime_args=dict(type="list", elements="str", default=[]),
+    set_as_default=dict(type="bool", default=False),
+    allow_missing_binary=dict(type="bool", default=False),
+    cdi=dict(type="bool", default=False),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    backup=dict(type="bool", default=False),
+    validate=dict(type="bool", default=True),
+    dockerd_binary=dict(type="str", default="dockerd"),
+    systemd_root=dict(type="path", default="/"),
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", default="/etc/docker/daemon.json"),
-            name=dict(type="str", default="nvidia"),
-            binary=dict(type="str", default="nvidia-container-runtime"),
-            runtime_args=dict(type="list", elements="str", default=[]),
-            set_as_default=dict(type="bool", default=False),
-            allow_missing_binary=dict(type="bool", default=False),
-            cdi=dict(type="bool", default=False),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            backup=dict(type="bool", default=False),
-            validate=dict(type="bool", default=True),
-            dockerd_binary=dict(type="str", default="dockerd"),
-            systemd_root=dict(type="path", default="/"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.exit_json(**run_module(module))
 
 

@@ -238,3 +238,14 @@ def test_module_file_end_to_end_with_ansible(tmp_path, crio_dir, binary):
     result = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert result["changed"] is True
     assert open(ours(crio_dir)).read() == cc.render_dropin("nvidia", binary, set_as_default=True)
+
+
+def test_documentation_matches_argument_spec():
+    import yaml
+    doc = yaml.safe_load(crio_runtime.DOCUMENTATION)
+    assert set(doc["options"]) == set(crio_runtime.ARGUMENT_SPEC)
+    for name, spec in crio_runtime.ARGUMENT_SPEC.items():
+        assert doc["options"][name].get("default") == spec.get("default"), name
+        assert doc["options"][name]["type"] == spec["type"], name
+    yaml.safe_load(crio_runtime.EXAMPLES)
+    yaml.safe_load(crio_runtime.RETURN)

@@ -576,3 +576,14 @@ def test_other_config_file_flag_warns(capsys, daemon_json, tmp_path):
     })
     result = run(capsys, path=str(daemon_json), systemd_root=root)
     assert any("--config-file /srv/docker.json" in w for w in warnings(result))
+
+
+def test_documentation_matches_argument_spec():
+    import yaml
+    doc = yaml.safe_load(docker_runtime.DOCUMENTATION)
+    assert set(doc["options"]) == set(docker_runtime.ARGUMENT_SPEC)
+    for name, spec in docker_runtime.ARGUMENT_SPEC.items():
+        assert doc["options"][name].get("default") == spec.get("default"), name
+        assert doc["options"][name]["type"] == spec["type"], name
+    yaml.safe_load(docker_runtime.EXAMPLES)
+    yaml.safe_load(docker_runtime.RETURN)
