@@ -21,7 +21,7 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_e
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
 
 ARGUMENT_SPEC = dict(
-    path=dict(type="path", default="/etc/containerd/config.toml"),
+    path=dict(type="path"),
     name=dict(type="str", default="nvidia"),
     binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
     set_as_default=dict(type="bool", default=False),
@@ -31,8 +31,11 @@ ARGUMENT_SPEC = dict(
     validate=dict(type="bool", default=True),
     backup=dict(type="bool", default=False),
     allow_missing_binary=dict(type="bool", default=False),
+    allow_path_mismatch=dict(type="bool", default=False),
 )
 NODE_MODULE = "gpunode.nvidia.config_file"
+FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
+DEFAULT_PATH = "/etc/containerd/config.toml"
 
 
 class ActionModule(ActionBase):
@@ -59,11 +62,14 @@ class ActionModule(ActionBase):
         return res
 
     def _run(self, args, task_vars):
-        path = args["path"]
-        dump_cmd = [args["containerd_binary"], "--config", "%s", "config", "dump"]
+        target, path = self._resolve_target(args, task_vars)
+        if args["path"] is None and _platform_writes_config(target):
+            return self._platform_managed(target)
+        dump_cmd = [self._containerd_binary(args, target), "--config", "%s", "config", "dump"]
+        args = dict(args, path=path, containerd_binary=dump_cmd[0])
         validate = args["validate"]
         current = self._node(
-            task_vars, op="read", path=path, binary=args["containerd_binary"],
+            task_vars, op="read", path=path, binary=dump_cmd[0],
             command=dump_cmd if validate else None, exists=[args["binary"]],
         )
         dump = None
@@ -75,7 +81,6 @@ class ActionModule(ActionBase):
             containerd_version=current.get("binary_version"), effective=dump,
         )
         self._refuse_missing_default_binary(args, plan, current)
-
         validated, effective_changes, warnings = self._guard(args, plan, current, dump, task_vars, dump_cmd)
         backup_file = None
         if plan.changed and not self._task.check_mode:
@@ -87,7 +92,9 @@ class ActionModule(ActionBase):
         result = dict(
             changed=plan.changed,
             path=path,
+            target=_target_summary(target),
             backup_file=backup_file,
+            created=plan.changed and not current["exists"],
             config_version=plan.version,
             cri_plugin=plan.cri_plugin,
             runtime=mask_data(plan.runtime),
@@ -105,6 +112,50 @@ class ActionModule(ActionBase):
                 before=mask_text(plan.original), after=mask_text(plan.text),
             )
         return result
+
+    def _resolve_target(self, args, task_vars):
+        """(runtime instance kubelet uses or None, file to edit): incident I2 is why this exists."""
+        facts = self._execute_module(module_name=FACTS_MODULE, module_args={"gather": ["runtimes", "kubelet", "target"]},
+                                     task_vars=task_vars)
+        if facts.get("failed"):
+            raise AnsibleActionFail(facts.get("msg", "%s failed" % FACTS_MODULE), result=facts)
+        node = facts["ansible_facts"]["gpu_node"]
+        target, reason = node.get("target"), node.get("target_reason")
+        if args["path"] is None:
+            if target is None:
+                if not node.get("runtimes"):
+                    return None, DEFAULT_PATH  # an image bake before any runtime is installed
+                raise ConfigError("could not tell which containerd to configure: %s. Set path explicitly." % reason)
+            if target["kind"] != "containerd":
+                raise ConfigError("the runtime kubelet uses is %s (%s), not containerd: use gpunode.nvidia.%s_runtime "
+                                  "(role variable container_runtime_engine: %s)."
+                                  % (target["kind"], target.get("socket"), target["kind"], target["kind"]))
+            return target, target.get("edit_path") or DEFAULT_PATH
+        if (target is not None and target.get("selected_by") == "kubelet" and target["kind"] == "containerd"
+                and args["path"] not in (target.get("edit_path"), target.get("config_path"))
+                and not args["allow_path_mismatch"]):
+            raise ConfigError(
+                "%s is not the config of the containerd kubelet uses: kubelet talks to %s, served by the %s "
+                "containerd that reads %s (edit %s). Editing %s would leave GPU pods failing with "
+                "'no runtime for \"nvidia\" is configured' (incident I2). Leave path unset to configure the right "
+                "instance, or set allow_path_mismatch: true to edit %s anyway."
+                % (args["path"], target.get("socket"), target.get("platform"), target.get("config_path"),
+                   target.get("edit_path"), args["path"], args["path"]))
+        return target, args["path"]
+
+    @staticmethod
+    def _containerd_binary(args, target):
+        """Validate with the instance's own containerd (its version decides import semantics)."""
+        if args["containerd_binary"] == "containerd" and target and target.get("binary"):
+            return target["binary"]
+        return args["containerd_binary"]
+
+    @staticmethod
+    def _platform_managed(target):
+        """The platform writes this containerd's config itself: say how, change nothing."""
+        return dict(changed=False, skipped=True, target=_target_summary(target), path=target.get("edit_path"),
+                    managed_by=target.get("regenerated_by"),
+                    msg=" ".join(target.get("notes") or ["%s manages this config" % target.get("regenerated_by")]))
 
     @staticmethod
     def _refuse_missing_default_binary(args, plan, current):
@@ -160,3 +211,23 @@ class ActionModule(ActionBase):
             "CRI plugin table (or merge the drop-in into the main file)."
         )
         return "\n".join(lines)
+
+
+def _platform_writes_config(target):
+    """k3s/RKE2 (auto-detection of the toolkit), EKS AL2023 (nodeadm): no file of ours to edit."""
+    if target is None:
+        return False
+    return target.get("edit_mode") == "none" or (target.get("edit_mode") == "template" and target.get("nvidia_autodetect"))
+
+
+def _target_summary(target):
+    """What the role needs to restart and check the instance: socket, service, restart method."""
+    if not target:
+        return None
+    restart = target.get("restart") or {}
+    return dict(
+        platform=target.get("platform"), socket=target.get("socket"), config_path=target.get("config_path"),
+        edit_path=target.get("edit_path"), edit_mode=target.get("edit_mode"), service=restart.get("service"),
+        restart_method=restart.get("method"), restart_command=restart.get("command"),
+        selected_by=target.get("selected_by"), version=target.get("version"),
+    )

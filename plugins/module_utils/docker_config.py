@@ -143,15 +143,14 @@ def _value_at(text, member):
 
 
 def _locate(text, keys, path):
-    """Walk keys from the top object; return (deepest object found, its depth, keys left, member)."""
+    """Walk keys from the top object; return (deepest object found, keys left, member or None)."""
     obj = _scan_object(text, _skip_ws(text, 0))
-    depth = 0
     for index, key in enumerate(keys):
         member = _member(text, obj, key, path)
         if member is None:
-            return obj, depth, keys[index:], None
+            return obj, keys[index:], None
         if index == len(keys) - 1:
-            return obj, depth, (), member
+            return obj, (), member
         value = _value_at(text, member)
         if not isinstance(value, dict):
             raise DockerConfigError(
@@ -160,8 +159,7 @@ def _locate(text, keys, path):
                 % (path, ".".join(keys[: index + 1]), _where(path, text, member.value_start), _json_type(value))
             )
         obj = _scan_object(text, member.value_start)
-        depth += 1
-    return obj, depth, (), None
+    return obj, (), None
 
 
 # --- layout: copy what the file already does ----------------------------------
@@ -255,7 +253,7 @@ def _same(a, b):
 
 def set_key(text, keys, value, path, indent):
     """Set the value at keys (a tuple), creating missing parent objects."""
-    obj, _depth, missing, member = _locate(text, keys, path)
+    obj, missing, member = _locate(text, keys, path)
     if member is not None:
         if _same(_value_at(text, member), value):
             return text
@@ -271,7 +269,7 @@ def set_key(text, keys, value, path, indent):
 
 def remove_key(text, keys, path):
     """Remove the member at keys when it exists."""
-    obj, _depth, _missing, member = _locate(text, keys, path)
+    obj, _missing, member = _locate(text, keys, path)
     if member is None:
         return text
     return _remove_member(text, obj, member)

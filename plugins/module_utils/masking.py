@@ -27,10 +27,10 @@ SECRET_KEY_RE = re.compile(
 # `key = value` (TOML, including inside inline tables) and `"key": value` (JSON).
 _TOML_PAIR_RE = re.compile(
     r"""(?P<key>(?:"[^"]*"|'[^']*'|[A-Za-z0-9_.-]+))(?P<sep>\s*=\s*)"""
-    r"""(?P<val>"(?:[^"\\]|\\.)*"|'[^']*'|[^,}\s#]+)"""
+    r"""(?P<val>"(?:[^"\\]|\\.)*"|'[^']*'|[^,{}\[\]\s#"']+)"""
 )
 _JSON_PAIR_RE = re.compile(
-    r"""(?P<key>"(?:[^"\\]|\\.)*")(?P<sep>\s*:\s*)(?P<val>"(?:[^"\\]|\\.)*"|[^,}\]\s]+)"""
+    r"""(?P<key>"(?:[^"\\]|\\.)*")(?P<sep>\s*:\s*)(?P<val>"(?:[^"\\]|\\.)*"|[^,{}\[\]\s"]+)"""
 )
 
 

@@ -34,9 +34,20 @@ author:
   - gpunode.nvidia contributors
 options:
   path:
-    description: The containerd config file to edit.
+    description:
+      - The containerd config file to edit.
+      - Unset (the default), the file is the one of the containerd instance kubelet uses, found by
+        M(gpunode.nvidia.gpu_node_facts) from kubelet's runtime endpoint (snap-packaged Kubernetes, MicroK8s'
+        template, k0s drop-ins, EKS...); with no kubelet, the only containerd on the node; with none,
+        C(/etc/containerd/config.toml). Platforms that write the file themselves (k3s/RKE2 auto-detect the
+        toolkit, EKS AL2023's nodeadm) are reported and left alone.
+      - Set, it wins; but when kubelet uses another containerd the task fails, naming both files (incident
+        I2), unless O(allow_path_mismatch=true).
     type: path
-    default: /etc/containerd/config.toml
+  allow_path_mismatch:
+    description: Edit O(path) although kubelet uses a containerd that reads another file.
+    type: bool
+    default: false
   name:
     description: Runtime name (the RuntimeClass handler).
     type: str
@@ -125,6 +136,10 @@ backup_file:
   description: The backup made, if any.
   returned: always
   type: str
+created:
+  description: Whether the file did not exist before this task wrote it.
+  returned: always
+  type: bool
 config_version:
   description: The config version of the file (after the edit).
   returned: always
@@ -157,6 +172,14 @@ effective_changes:
   returned: always
   type: list
   elements: str
+target:
+  description:
+    - The containerd instance configured, as discovered (null when nothing was discovered). The role uses
+      C(socket), C(service), C(restart_method) and C(restart_command) to restart and check it.
+  returned: always
+  type: dict
+  sample: {"platform": "k8s-snap", "socket": "/run/containerd/containerd.sock", "service": "snap.k8s.containerd",
+           "restart_method": "systemd", "edit_mode": "main", "selected_by": "kubelet"}
 containerd_version:
   description: C(containerd --version) on the node, or null.
   returned: always

@@ -2,7 +2,7 @@
 
 The module's own code runs in-process (AnsibleModule with patched arguments);
 dockerd's `--validate` is played by a small stand-in script here, the real
-dockerd versions are exercised in tests/integration/test_docker_runtime.py.
+dockerd versions are exercised in tests/integration/test_docker_runtime_live.py.
 """
 import json
 import os
@@ -285,7 +285,6 @@ def test_module_present_idempotent_and_masked(capsys, daemon_json, runtime_binar
     assert again["changed"] is False and daemon_json.read_bytes() == written
 
 
-@pytest.mark.xfail(strict=True, reason="masking.mask_text misses a credential that directly follows an inline `{`")
 def test_module_masks_credential_in_inline_object(capsys, tmp_path):
     path = tmp_path / "daemon.json"
     path.write_text('{"proxy-auth": {"password": "%s"}}\n' % SECRET)

@@ -132,7 +132,9 @@ class PrivateDocker:
                 "--bridge=none", "--iptables=false", "--ip6tables=false"] + self.extra_flags
 
     def spawn(self):
-        self.dockerd = subprocess.Popen(self.argv(), env=self.env, stdout=open(self.path("dockerd.log"), "ab"),
+        # A network namespace of its own: with --bridge=none dockerd deletes any `docker0` bridge it
+        # sees, and the machine's own Docker engine (Molecule, the demo) needs the host's.
+        self.dockerd = subprocess.Popen(["unshare", "--net", "--"] + self.argv(), env=self.env, stdout=open(self.path("dockerd.log"), "ab"),
                                         stderr=subprocess.STDOUT)
         return self.dockerd
 
@@ -279,6 +281,7 @@ def run_ansible(docker, check=False, **args):
             "-e", "ansible_python_interpreter=" + sys.executable] + (["--check", "--diff"] if check else [])
     out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, timeout=120)
+    assert out.stdout.strip(), out.stderr
     return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 

@@ -1,0 +1,647 @@
+#!/usr/bin/env python3
+"""A Kubernetes API STAND-IN for tests: no kube-apiserver or kubelet can run on the test machines.
+
+It is a small threaded HTTP server on 127.0.0.1 that speaks the subset of the
+Kubernetes REST API that the project's cluster code uses, through the official
+`kubernetes` Python client, exactly as a real cluster would be spoken to:
+
+    GET    /version
+    GET    /api/v1/nodes[?labelSelector=k=v,k2]          GET /api/v1/nodes/{name}
+    GET    /apis/node.k8s.io/v1/runtimeclasses[/{name}]  POST /apis/node.k8s.io/v1/runtimeclasses
+    GET    /api/v1/pods  (all namespaces)
+    GET    /api/v1/namespaces/{ns}/pods                  POST /api/v1/namespaces/{ns}/pods
+    GET    /api/v1/namespaces/{ns}/pods/{name}           DELETE /api/v1/namespaces/{ns}/pods/{name}
+    GET    /api/v1/namespaces/{ns}/pods/{name}/log       (text/plain)
+    GET    /api/v1/namespaces/{ns}/events[?fieldSelector=involvedObject.name=X]
+    GET    /api/v1/events  (all namespaces)
+
+Pods are not run: a pod's status is computed from its age and the scripted
+behaviour of the node it is pinned to (`spec.nodeName`, or `spec.nodeSelector`
+`kubernetes.io/hostname`). Behaviours (NODE_BEHAVIOURS):
+
+    success           Pending -> Running -> Succeeded after `pod_seconds`; log has "Test PASSED"
+    cuda_fail         like success but Failed (exit 1), log "Result verification failed at element 0!"
+    zero_allocatable  node allocatable nvidia.com/gpu "0"; pod stays Pending, event
+                      FailedScheduling "0/N nodes are available: 1 Insufficient nvidia.com/gpu."
+    no_runtime        pod stays Pending (ContainerCreating), event FailedCreatePodSandBox
+                      '... no runtime for "nvidia" is configured'                       (incident I1)
+    glibc             container RunContainerError, event Failed with the prestart hook's
+                      "version `GLIBC_2.27' not found"                                  (incident I4)
+    image_pull        container ErrImagePull/ImagePullBackOff, event Failed "Failed to pull image"
+    not_ready         node Ready=False with the not-ready taint; pod stays Pending, event
+                      FailedScheduling "... untolerated taint {node.kubernetes.io/not-ready: }" (I3)
+    hang              pod Running forever (for timeouts)
+
+Scenario API (for any test, cluster verification or diagnosis):
+
+    sys.path.insert(0, "<repo>/tests/testbed"); from kube_api_standin import KubeApiStandin, Node
+
+    with KubeApiStandin([Node("gpu-1"), Node("gpu-2", "no_runtime"), "cpu-1"],
+                        pod_seconds=0.5, token="secret") as api:
+        api.write_kubeconfig(path)         # kubeconfig for the kubernetes client
+        api.add_pod("kube-system", {...})  # seed any object (e.g. a Pending device-plugin pod)
+        api.add_event("kube-system", "pod-name", "Warning", "Reason", "message")
+        ...
+        api.pods_created, api.pods_deleted, api.peak_pods, api.requests   # what the client did
+
+`Node(name, behaviour="success", gpus=1, ...)`; a plain string is a node without
+GPUs or behaviour ("cpu" nodes: no nvidia.com/gpu, no GPU labels). When `token`
+is set, requests without `Authorization: Bearer <token>` get 401.
+
+Run by hand:  python3 tests/testbed/kube_api_standin.py --kubeconfig /tmp/kc \
+                  --node gpu-1=success --node gpu-2=no_runtime --pod-seconds 2
+"""
+
+import argparse
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+NODE_BEHAVIOURS = (
+    "success", "cuda_fail", "zero_allocatable", "no_runtime", "glibc", "image_pull",
+    "not_ready", "hang", "cpu",
+)
+
+SUCCESS_LOG = (
+    "[Vector addition of 50000 elements]\n"
+    "Copy input data from the host memory to the CUDA device\n"
+    "CUDA kernel launch with 196 blocks of 256 threads\n"
+    "Copy output data from the CUDA device to the host memory\n"
+    "Test PASSED\n"
+    "Done\n"
+)
+CUDA_FAIL_LOG = "[Vector addition of 50000 elements]\nResult verification failed at element 0!\n"
+
+NO_RUNTIME_MESSAGE = (
+    'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox '
+    'runtime: no runtime for "nvidia" is configured'
+)
+GLIBC_MESSAGE = (
+    "Error: failed to create containerd task: failed to create shim task: OCI runtime create "
+    "failed: runc create failed: unable to start container process: error during container "
+    "init: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
+    "/usr/bin/nvidia-container-cli.real: /lib64/libc.so.6: version `GLIBC_2.27' not found "
+    "(required by /usr/bin/nvidia-container-cli.real): unknown"
+)
+PULL_MESSAGE = (
+    'Failed to pull image "{image}": rpc error: code = Unknown desc = failed to pull and unpack '
+    'image "{image}": failed to resolve reference "{image}": failed to do request: Head '
+    '"https://{registry}/v2/": dial tcp: lookup {registry}: no such host'
+)
+NOT_READY_MESSAGE = (
+    "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+    "message:Network plugin returns error: cni plugin not initialized; "
+    "container runtime is down"
+)
+
+
+def now_iso(at=None):
+    stamp = datetime.fromtimestamp(at if at is not None else time.time(), timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Node:
+    """One scripted node: its behaviour, GPU count and what GPU feature discovery would label."""
+
+    def __init__(self, name, behaviour="success", gpus=1, driver="550.54.15",
+                 runtime="containerd://1.7.24", product="NVIDIA-A100-SXM4-40GB", labels=None):
+        if behaviour not in NODE_BEHAVIOURS:
+            raise ValueError("unknown behaviour %r, one of %s" % (behaviour, NODE_BEHAVIOURS))
+        self.name = name
+        self.behaviour = behaviour
+        self.gpus = 0 if behaviour == "cpu" else gpus
+        self.driver = driver
+        self.runtime = runtime
+        self.product = product
+        self.labels = dict(labels or {})
+
+    @property
+    def allocatable_gpus(self):
+        return 0 if self.behaviour in ("zero_allocatable", "cpu") else self.gpus
+
+    def to_api(self):
+        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux"}
+        if self.behaviour != "cpu":
+            major, minor, rev = (self.driver.split(".") + ["", "", ""])[:3]
+            labels.update({
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.count": str(self.gpus),
+                "nvidia.com/gpu.product": self.product,
+                "nvidia.com/cuda.driver.major": major,
+                "nvidia.com/cuda.driver.minor": minor,
+                "nvidia.com/cuda.driver.rev": rev,
+            })
+        labels.update(self.labels)
+        resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+        capacity, allocatable = dict(resources), dict(resources)
+        if self.behaviour != "cpu":
+            capacity["nvidia.com/gpu"] = str(self.allocatable_gpus)
+            allocatable["nvidia.com/gpu"] = str(self.allocatable_gpus)
+        ready = self.behaviour != "not_ready"
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.name)),
+                         "labels": labels, "creationTimestamp": now_iso(0)},
+            "spec": {},
+            "status": {
+                "capacity": capacity, "allocatable": allocatable,
+                "conditions": [{
+                    "type": "Ready", "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "kubelet is posting ready status" if ready else NOT_READY_MESSAGE,
+                    "lastHeartbeatTime": now_iso(), "lastTransitionTime": now_iso(0),
+                }],
+                "nodeInfo": {
+                    "containerRuntimeVersion": self.runtime, "kubeletVersion": "v1.30.4",
+                    "kubeProxyVersion": "v1.30.4", "operatingSystem": "linux",
+                    "architecture": "amd64", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                    "kernelVersion": "6.1.0-28-amd64", "machineID": "", "systemUUID": "",
+                    "bootID": "",
+                },
+            },
+        }
+        if not ready:
+            node["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+        return node
+
+
+class _Pod:
+    def __init__(self, namespace, body, created):
+        self.body = body
+        self.namespace = namespace
+        self.created = created
+        self.events_posted = False
+
+    @property
+    def name(self):
+        return self.body["metadata"]["name"]
+
+
+def _label_selector_matches(selector, labels):
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field_selector(selector):
+    pairs = {}
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        key, _, value = term.replace("==", "=").partition("=")
+        pairs[key] = value
+    return pairs
+
+
+class KubeApiStandin:
+    """The stand-in API server; see the module docstring for the scenario API."""
+
+    def __init__(self, nodes=(), pod_seconds=1.0, token=None, runtimeclasses=None):
+        self.nodes = {}
+        for node in nodes:
+            node = Node(node, "cpu") if isinstance(node, str) else node
+            self.nodes[node.name] = node
+        self.pod_seconds = pod_seconds
+        self.token = token
+        self.runtimeclasses = {}
+        for name, handler in (runtimeclasses or {}).items():
+            self._store_runtimeclass({"metadata": {"name": name}, "handler": handler})
+        self.pods = {}          # (namespace, name) -> _Pod
+        self.events = []        # event objects (dicts)
+        self.requests = []      # (time, method, path)
+        self.pods_created = []  # (namespace, name) in creation order
+        self.pods_deleted = []
+        self.peak_pods = 0      # most pods that existed at one time: parallel clients show >1
+        self.lock = threading.RLock()
+        self.server = None
+        self.thread = None
+
+    # ---- lifecycle -------------------------------------------------------
+    def start(self):
+        standin = self
+
+        class Handler(_Handler):
+            api = standin
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self):
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def write_kubeconfig(self, path, context="standin", namespace="default"):
+        write_kubeconfig(path, self.url, token=self.token, context=context, namespace=namespace)
+        return path
+
+    # ---- seeding -----------------------------------------------------------
+    def add_pod(self, namespace, body):
+        body = copy.deepcopy(body)
+        body.setdefault("apiVersion", "v1")
+        body.setdefault("kind", "Pod")
+        body.setdefault("metadata", {}).setdefault("namespace", namespace)
+        body["metadata"].setdefault("uid", str(uuid.uuid4()))
+        body["metadata"].setdefault("creationTimestamp", now_iso())
+        body.setdefault("status", {"phase": "Pending"})
+        pod = _Pod(namespace, body, time.time())
+        pod.seeded = True
+        with self.lock:
+            self.pods[(namespace, pod.name)] = pod
+        return body
+
+    def add_event(self, namespace, object_name, type_, reason, message, kind="Pod", count=1):
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "%s.%s" % (object_name, uuid.uuid4().hex[:12]),
+                         "namespace": namespace},
+            "involvedObject": {"kind": kind, "name": object_name, "namespace": namespace},
+            "type": type_, "reason": reason, "message": message, "count": count,
+            "firstTimestamp": now_iso(), "lastTimestamp": now_iso(),
+            "source": {"component": "kubelet"},
+        }
+        with self.lock:
+            self.events.append(event)
+        return event
+
+    # ---- objects -----------------------------------------------------------
+    def _store_runtimeclass(self, body):
+        body = copy.deepcopy(body)
+        body.update({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass"})
+        body["metadata"].setdefault("uid", str(uuid.uuid4()))
+        body["metadata"].setdefault("creationTimestamp", now_iso())
+        self.runtimeclasses[body["metadata"]["name"]] = body
+        return body
+
+    def create_pod(self, namespace, body):
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name"):
+            meta["name"] = meta.get("generateName", "pod-") + uuid.uuid4().hex[:5]
+        key = (namespace, meta["name"])
+        with self.lock:
+            if key in self.pods:
+                return None
+            meta.update({"namespace": namespace, "uid": str(uuid.uuid4()),
+                         "creationTimestamp": now_iso(), "resourceVersion": "1"})
+            body.update({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Pending"}})
+            self.pods[key] = _Pod(namespace, body, time.time())
+            self.pods_created.append(key)
+            self.peak_pods = max(self.peak_pods, self._created_pods_alive())
+        return body
+
+    def _created_pods_alive(self):
+        return sum(1 for pod in self.pods.values() if not getattr(pod, "seeded", False))
+
+    def node_of(self, pod_body):
+        spec = pod_body.get("spec", {})
+        if spec.get("nodeName"):
+            return self.nodes.get(spec["nodeName"])
+        wanted = (spec.get("nodeSelector") or {})
+        for node in self.nodes.values():
+            if _label_selector_matches(",".join("%s=%s" % kv for kv in wanted.items()),
+                                       node.to_api()["metadata"]["labels"]):
+                return node
+        return None
+
+    def pod_view(self, pod):
+        """The pod as the API would show it now: status computed from age and node behaviour."""
+        body = copy.deepcopy(pod.body)
+        if getattr(pod, "seeded", False):
+            return body
+        node = self.node_of(body)
+        status, events, log = _scripted_status(self, pod, node, time.time() - pod.created)
+        body["status"] = status
+        if "hostIP" in status:  # scheduled: the scheduler binds the pod to its node
+            body["spec"].setdefault("nodeName", node.name)
+        pod.log = log
+        if events and not pod.events_posted:
+            pod.events_posted = True
+            for type_, reason, message in events:
+                self.add_event(pod.namespace, pod.name, type_, reason, message)
+        return body
+
+
+def _container_name(pod):
+    containers = pod.body.get("spec", {}).get("containers") or [{"name": "main"}]
+    return containers[0].get("name", "main"), containers[0].get("image", "")
+
+
+def _scripted_status(api, pod, node, age):
+    """(status, events to post once, log) for a created pod of `age` seconds on `node`."""
+    name, image = _container_name(pod)
+    started = now_iso(pod.created)
+    condition = {"type": "PodScheduled", "status": "True", "lastTransitionTime": started}
+    if node is None:
+        message = "0/%d nodes are available: %d node(s) didn't match Pod's node affinity/selector." % (
+            len(api.nodes), len(api.nodes))
+        return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
+    behaviour = node.behaviour
+    requested = int(((pod.body["spec"]["containers"][0].get("resources") or {}).get("limits") or {})
+                    .get("nvidia.com/gpu", 0))
+    if behaviour == "not_ready":
+        message = _scheduler_message(api, "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }")
+        return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
+    if requested > node.allocatable_gpus:
+        message = _scheduler_message(api, "1 Insufficient nvidia.com/gpu")
+        return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
+    base = {"phase": "Pending", "conditions": [condition], "hostIP": "10.0.0.%d" % (
+        1 + sorted(api.nodes).index(node.name)), "startTime": started}
+    scheduled = ("Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
+        pod.namespace, pod.name, node.name))
+    if behaviour == "no_runtime":
+        base["containerStatuses"] = [_waiting(name, image, "ContainerCreating", "")]
+        return base, [scheduled, ("Warning", "FailedCreatePodSandBox", NO_RUNTIME_MESSAGE)], ""
+    if behaviour == "glibc":
+        base["containerStatuses"] = [_waiting(name, image, "RunContainerError", GLIBC_MESSAGE)]
+        return base, [scheduled, ("Warning", "Failed", GLIBC_MESSAGE)], ""
+    if behaviour == "image_pull":
+        registry = image.split("/")[0] if "/" in image else "registry-1.docker.io"
+        message = PULL_MESSAGE.format(image=image, registry=registry)
+        reason = "ErrImagePull" if age < api.pod_seconds else "ImagePullBackOff"
+        base["containerStatuses"] = [_waiting(name, image, reason, message)]
+        return base, [scheduled, ("Warning", "Failed", message),
+                      ("Warning", "Failed", "Error: ErrImagePull")], ""
+    running_at = api.pod_seconds * 0.3
+    pulled = [scheduled, ("Normal", "Pulled", 'Container image "%s" already present on machine' % image),
+              ("Normal", "Created", "Created container %s" % name),
+              ("Normal", "Started", "Started container %s" % name)]
+    if age < running_at:
+        base["containerStatuses"] = [_waiting(name, image, "ContainerCreating", "")]
+        return base, [], ""
+    if behaviour == "hang" or age < api.pod_seconds:
+        base["phase"] = "Running"
+        base["containerStatuses"] = [_state(name, image, {"running": {"startedAt": started}})]
+        return base, pulled, SUCCESS_LOG.split("Test PASSED")[0]
+    failed = behaviour == "cuda_fail"
+    base["phase"] = "Failed" if failed else "Succeeded"
+    base["containerStatuses"] = [_state(name, image, {"terminated": {
+        "exitCode": 1 if failed else 0, "reason": "Error" if failed else "Completed",
+        "startedAt": started, "finishedAt": now_iso()}})]
+    return base, pulled, CUDA_FAIL_LOG if failed else SUCCESS_LOG
+
+
+def _scheduler_message(api, reason):
+    others = len(api.nodes) - 1
+    if others:
+        reason += ", %d node(s) didn't match Pod's node affinity/selector" % others
+    return "0/%d nodes are available: %s." % (len(api.nodes), reason)
+
+
+def _unschedulable(started, message):
+    return {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": message, "lastTransitionTime": started}]}
+
+
+def _waiting(name, image, reason, message):
+    state = {"waiting": {"reason": reason}}
+    if message:
+        state["waiting"]["message"] = message
+    return _state(name, image, state)
+
+
+def _state(name, image, state):
+    return {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": 0,
+            "started": "running" in state, "state": state}
+
+
+def _status_body(code, reason, message):
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
+            "reason": reason, "message": message, "metadata": {}}
+
+
+def _list(kind, items):
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api = None  # set by KubeApiStandin.start
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # quiet: tests read api.requests instead
+        pass
+
+    def _send(self, code, body, content_type="application/json"):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _not_found(self, what, name):
+        self._send(404, _status_body(404, "NotFound", '%s "%s" not found' % (what, name)))
+
+    def _body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}") if length else {}
+
+    def _dispatch(self, method):
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        with self.api.lock:
+            self.api.requests.append((time.time(), method, url.path))
+        if self.api.token and self.headers.get("Authorization") != "Bearer " + self.api.token:
+            return self._send(401, _status_body(401, "Unauthorized", "Unauthorized"))
+        for pattern, handler in ROUTES:
+            match = re.fullmatch(pattern, url.path)
+            if match and handler[0] == method:
+                return handler[1](self, query, self._body() if method == "POST" else None,
+                                  **match.groupdict())
+        self._send(404, _status_body(404, "NotFound", "the server could not find the requested resource"))
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    # ---- routes ------------------------------------------------------------
+    def version(self, query, body):
+        self._send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.4-standin",
+                         "gitCommit": "0" * 40, "gitTreeState": "clean",
+                         "buildDate": "2024-08-14T19:00:00Z", "goVersion": "go1.22.5",
+                         "compiler": "gc", "platform": "linux/amd64"})
+
+    def list_nodes(self, query, body):
+        items = [n.to_api() for n in self.api.nodes.values()]
+        items = [n for n in items
+                 if _label_selector_matches(query.get("labelSelector"), n["metadata"]["labels"])]
+        self._send(200, _list("NodeList", items))
+
+    def get_node(self, query, body, name):
+        node = self.api.nodes.get(name)
+        if node is None:
+            return self._not_found("nodes", name)
+        self._send(200, node.to_api())
+
+    def list_runtimeclasses(self, query, body):
+        with self.api.lock:
+            items = list(self.api.runtimeclasses.values())
+        self._send(200, _list("RuntimeClassList", items))
+
+    def get_runtimeclass(self, query, body, name):
+        with self.api.lock:
+            found = self.api.runtimeclasses.get(name)
+        if found is None:
+            return self._not_found("runtimeclasses.node.k8s.io", name)
+        self._send(200, found)
+
+    def create_runtimeclass(self, query, body):
+        name = body.get("metadata", {}).get("name")
+        with self.api.lock:
+            if name in self.api.runtimeclasses:
+                return self._send(409, _status_body(
+                    409, "AlreadyExists", 'runtimeclasses.node.k8s.io "%s" already exists' % name))
+            self._send(201, self.api._store_runtimeclass(body))
+
+    def list_pods(self, query, body, ns=None):
+        with self.api.lock:
+            pods = [p for p in self.api.pods.values() if ns is None or p.namespace == ns]
+            items = [self.api.pod_view(p) for p in pods]
+        items = [p for p in items
+                 if _label_selector_matches(query.get("labelSelector"), p["metadata"].get("labels") or {})]
+        self._send(200, _list("PodList", items))
+
+    def create_pod(self, query, body, ns):
+        created = self.api.create_pod(ns, body)
+        if created is None:
+            return self._send(409, _status_body(
+                409, "AlreadyExists", 'pods "%s" already exists' % body["metadata"]["name"]))
+        self._send(201, created)
+
+    def get_pod(self, query, body, ns, name):
+        with self.api.lock:
+            pod = self.api.pods.get((ns, name))
+            view = self.api.pod_view(pod) if pod else None
+        if view is None:
+            return self._not_found("pods", name)
+        self._send(200, view)
+
+    def delete_pod(self, query, body, ns, name):
+        with self.api.lock:
+            pod = self.api.pods.pop((ns, name), None)
+            if pod is not None:
+                self.api.pods_deleted.append((ns, name))
+                view = self.api.pod_view(pod)
+        if pod is None:
+            return self._not_found("pods", name)
+        self._send(200, view)
+
+    def pod_log(self, query, body, ns, name):
+        with self.api.lock:
+            pod = self.api.pods.get((ns, name))
+            if pod is not None:
+                view = self.api.pod_view(pod)
+        if pod is None:
+            return self._not_found("pods", name)
+        if view["status"].get("phase") == "Pending":
+            container, _ = _container_name(pod)
+            return self._send(400, _status_body(400, "BadRequest", (
+                'container "%s" in pod "%s" is waiting to start: ContainerCreating') % (container, name)))
+        self._send(200, getattr(pod, "log", ""), "text/plain")
+
+    def list_events(self, query, body, ns=None):
+        wanted = _field_selector(query.get("fieldSelector"))
+        with self.api.lock:
+            for pod in list(self.api.pods.values()):  # pods post their events when observed
+                self.api.pod_view(pod)
+            events = [e for e in self.api.events if ns is None or e["metadata"]["namespace"] == ns]
+        for key, value in wanted.items():
+            path = key.split(".")
+            events = [e for e in events if _dig(e, path) == value]
+        self._send(200, _list("EventList", events))
+
+
+def _dig(obj, path):
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
+_NS = r"/api/v1/namespaces/(?P<ns>[^/]+)"
+ROUTES = (
+    (r"/version/?", ("GET", _Handler.version)),
+    (r"/api/v1/nodes", ("GET", _Handler.list_nodes)),
+    (r"/api/v1/nodes/(?P<name>[^/]+)", ("GET", _Handler.get_node)),
+    (r"/apis/node.k8s.io/v1/runtimeclasses", ("GET", _Handler.list_runtimeclasses)),
+    (r"/apis/node.k8s.io/v1/runtimeclasses", ("POST", _Handler.create_runtimeclass)),
+    (r"/apis/node.k8s.io/v1/runtimeclasses/(?P<name>[^/]+)", ("GET", _Handler.get_runtimeclass)),
+    (r"/api/v1/pods", ("GET", _Handler.list_pods)),
+    (_NS + r"/pods", ("GET", _Handler.list_pods)),
+    (_NS + r"/pods", ("POST", _Handler.create_pod)),
+    (_NS + r"/pods/(?P<name>[^/]+)", ("GET", _Handler.get_pod)),
+    (_NS + r"/pods/(?P<name>[^/]+)", ("DELETE", _Handler.delete_pod)),
+    (_NS + r"/pods/(?P<name>[^/]+)/log", ("GET", _Handler.pod_log)),
+    (r"/api/v1/events", ("GET", _Handler.list_events)),
+    (_NS + r"/events", ("GET", _Handler.list_events)),
+)
+
+
+def write_kubeconfig(path, server, token=None, context="standin", namespace="default"):
+    """A kubeconfig (JSON is valid YAML) pointing the kubernetes client at `server`."""
+    user = {"token": token} if token else {}
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": context,
+        "clusters": [{"name": context, "cluster": {"server": server}}],
+        "users": [{"name": context, "user": user}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context,
+                                                   "namespace": namespace}}],
+    }
+    with open(path, "w") as handle:
+        json.dump(config, handle, indent=2)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Kubernetes API stand-in (see module docstring)")
+    parser.add_argument("--node", action="append", default=[], metavar="NAME=BEHAVIOUR")
+    parser.add_argument("--pod-seconds", type=float, default=2.0)
+    parser.add_argument("--token")
+    parser.add_argument("--kubeconfig", required=True)
+    args = parser.parse_args()
+    nodes = [Node(*spec.split("=", 1)) if "=" in spec else Node(spec) for spec in args.node]
+    api = KubeApiStandin(nodes, pod_seconds=args.pod_seconds, token=args.token).start()
+    api.write_kubeconfig(args.kubeconfig)
+    print("Kubernetes API stand-in on %s, kubeconfig %s (Ctrl-C stops)" % (api.url, args.kubeconfig))
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        api.stop()
+
+
+if __name__ == "__main__":
+    main()
