@@ -26,6 +26,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
+import gzip
+import lzma
 import os
 import re
 
@@ -41,6 +44,10 @@ CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 TOOLKIT_REPO_BASE = "https://nvidia.github.io/libnvidia-container"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+# Debian: the open kernel module is in contrib, the driver in non-free, the GSP firmware in
+# non-free-firmware. The kernel module package sets the version every other package follows.
+DEBIAN_COMPONENTS = ("contrib", "non-free", "non-free-firmware")
+DEBIAN_MODULE_PACKAGE = {"open": "nvidia-open-kernel-dkms", "proprietary": "nvidia-kernel-dkms"}
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
@@ -63,12 +70,54 @@ class PlanError(ValueError):
 
 # --- versions -----------------------------------------------------------------------------------
 
+def compare_versions(left, right):
+    """-1, 0 or 1, as dpkg compares versions ('~' sorts before everything, even the end)."""
+    left_epoch, left_rest = _split_epoch(left)
+    right_epoch, right_rest = _split_epoch(right)
+    if left_epoch != right_epoch:
+        return -1 if left_epoch < right_epoch else 1
+    left_upstream, _s, left_revision = left_rest.rpartition("-") if "-" in left_rest else (left_rest, "", "")
+    right_upstream, _s, right_revision = right_rest.rpartition("-") if "-" in right_rest else (right_rest, "", "")
+    return _compare_part(left_upstream, right_upstream) or _compare_part(left_revision, right_revision)
+
+
 def version_key(version):
-    """Sort key for package versions (epoch, then digit and non-digit runs)."""
-    epoch, _sep, rest = (version or "").rpartition(":")
-    parts = re.findall(r"\d+|[A-Za-z]+|~", rest)
-    key = [(-1, "") if part == "~" else (1, int(part)) if part.isdigit() else (0, part) for part in parts]
-    return (int(epoch) if epoch.isdigit() else 0, key)
+    """Sort key for package versions (dpkg order; close enough for rpm's NVIDIA versions)."""
+    return functools.cmp_to_key(compare_versions)(version or "")
+
+
+def _split_epoch(version):
+    epoch, sep, rest = (version or "").partition(":")
+    if sep and epoch.isdigit():
+        return int(epoch), rest
+    return 0, version or ""
+
+
+def _char_order(char):
+    if char == "~":
+        return -1
+    if char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _compare_part(left, right):
+    """dpkg's verrevcmp: alternate non-digit runs (by character order) and digit runs (numerically)."""
+    while left or right:
+        left_text = re.match(r"\D*", left).group(0)
+        right_text = re.match(r"\D*", right).group(0)
+        for index in range(max(len(left_text), len(right_text))):
+            a = _char_order(left_text[index]) if index < len(left_text) else 0
+            b = _char_order(right_text[index]) if index < len(right_text) else 0
+            if a != b:
+                return -1 if a < b else 1
+        left, right = left[len(left_text):], right[len(right_text):]
+        left_digits = re.match(r"\d*", left).group(0)
+        right_digits = re.match(r"\d*", right).group(0)
+        if int(left_digits or 0) != int(right_digits or 0):
+            return -1 if int(left_digits or 0) < int(right_digits or 0) else 1
+        left, right = left[len(left_digits):], right[len(right_digits):]
+    return 0
 
 
 def upstream(version):
@@ -158,6 +207,24 @@ def module_files(node, kernel_list):
     return sorted(found)
 
 
+def module_version(local_path):
+    """The `version=` of a kernel module's .modinfo (plain, .xz or .gz), as modinfo shows it."""
+    try:
+        if local_path.endswith(".xz"):
+            with lzma.open(local_path) as handle:
+                data = handle.read(64 * 1024 * 1024)
+        elif local_path.endswith(".gz"):
+            with gzip.open(local_path) as handle:
+                data = handle.read(64 * 1024 * 1024)
+        else:
+            with open(local_path, "rb") as handle:
+                data = handle.read(64 * 1024 * 1024)
+    except (IOError, OSError, EOFError, lzma.LZMAError):
+        return None
+    match = re.search(br"(?:^|\0)version=(\d+\.\d+(?:\.\d+)?)\0", data)
+    return match.group(1).decode("ascii") if match else None
+
+
 def secure_boot(node, run=None):
     """{'enabled': True/False/None, 'source': how it was read}. Read from efivars through root;
     on the live node mokutil answers when efivars cannot be read."""
@@ -199,22 +266,40 @@ def mok_key(node, run=None, enrolled=None):
     return {"path": None, "enrolled": False}
 
 
-def apt_sources_with(node, suite, component):
-    """Files of enabled apt sources (one-line or deb822) that already carry suite/component."""
-    found = []
+def apt_components(node, suite):
+    """Components that enabled apt sources (one-line or deb822) already carry for suite."""
+    found = set()
     for path in ["/etc/apt/sources.list"] + node.glob("/etc/apt/sources.list.d", "*.list"):
         for line in (node.read(path) or "").splitlines():
             words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
-            if len(words) >= 4 and words[0] == "deb" and words[2] == suite and component in words[3:]:
-                found.append(path)
+            if len(words) >= 4 and words[0] == "deb" and words[2] == suite:
+                found.update(words[3:])
     for path in node.glob("/etc/apt/sources.list.d", "*.sources"):
         for stanza in (node.read(path) or "").split("\n\n"):
             fields = dict((k.strip().lower(), v.split()) for k, _s, v in
                           (line.partition(":") for line in stanza.splitlines() if not line.startswith("#")))
-            if (suite in fields.get("suites", []) and component in fields.get("components", [])
-                    and "deb" in fields.get("types", []) and fields.get("enabled", ["yes"])[0] != "no"):
-                found.append(path)
-    return sorted(set(found))
+            if (suite in fields.get("suites", []) and "deb" in fields.get("types", [])
+                    and fields.get("enabled", ["yes"])[0] != "no"):
+                found.update(fields.get("components", []))
+    return found
+
+
+def apt_candidates(run, package):
+    """Versions of package that apt can install (apt-cache madison), highest first."""
+    rc, out, _err = run(["apt-cache", "madison", package])
+    if rc != 0:
+        return []
+    versions = set(line.split("|")[1].strip() for line in (out or "").splitlines() if line.count("|") >= 2)
+    return sorted(versions, key=version_key, reverse=True)
+
+
+def lockstep_version(versions, branch):
+    """Upstream version of the newest candidate in branch: every driver package must match it
+    (a kernel module and libcuda/NVML of different versions do not talk to each other)."""
+    for version in sorted(versions, key=version_key, reverse=True):
+        if not branch or branch_of(version) == branch:
+            return upstream(version)
+    return None
 
 
 def offline_files(node, directory, names, version_glob, manager):
@@ -286,6 +371,9 @@ def installed_driver(node, driver_facts, kernel_facts):
         if branch_of(packages[name]):
             package_version = upstream(packages[name])
             break
+    file_versions = [v for v in (module_version(node.local(f)) for f in files) if v]
+    if package_version is None and file_versions:
+        package_version = max(file_versions, key=version_key)  # a .run install: no package records it
     return {
         "present": bool(driver_facts.get("loaded") or packages or files),
         "loaded": bool(driver_facts.get("loaded")),
@@ -294,7 +382,8 @@ def installed_driver(node, driver_facts, kernel_facts):
         "packages": packages,
         "package_version": package_version,
         "module_files": files,
-        "branch": branch_of(driver_facts.get("version")) or (branches[-1] if branches else None),
+        "branch": branch_of(driver_facts.get("version")) or (branches[-1] if branches else None)
+        or branch_of(package_version),
         "nouveau_loaded": bool(driver_facts.get("nouveau_loaded")),
     }
 
@@ -381,12 +470,10 @@ def driver_repository(dist, request, node):
     if family == "debian":
         mirror = request.get("debian_mirror") or DEBIAN_MIRROR
         suites = request.get("debian_suites") or [dist["codename"], dist["codename"] + "-updates"]
-        if mirror == DEBIAN_MIRROR:
-            enabled = apt_sources_with(node, dist["codename"], "non-free")
-            if enabled:
-                return None
+        if mirror == DEBIAN_MIRROR and set(DEBIAN_COMPONENTS) <= apt_components(node, dist["codename"]):
+            return None
         return {"kind": "deb822", "name": "nvidia-driver-debian", "types": ["deb"], "uris": [mirror],
-                "suites": suites, "components": ["non-free", "non-free-firmware"],
+                "suites": suites, "components": list(DEBIAN_COMPONENTS),
                 "signed_by": request.get("debian_signed_by") or DEBIAN_KEYRING}
     if family == "ubuntu":
         return None  # restricted is enabled on Ubuntu by default
@@ -499,7 +586,7 @@ def plan_driver(node, request, env):
             "versionlock": [], "packages": [], "offline_files": [], "headers": [], "notes": [],
             "nouveau": {"blacklist_path": NOUVEAU_BLACKLIST, "content": NOUVEAU_CONTENT,
                         "initramfs_command": initramfs_command(node, dist)},
-            "reboot": reboot_state(gpus, installed), "commands": []}
+            "reboot": reboot_state(gpus, installed), "driver_version": None, "commands": []}
     sb = env["secure_boot"] if env.get("secure_boot") is not None else secure_boot(node, node.run)
     mok = mok_key(node, node.run, env.get("mok_enrolled"))
     plan["secure_boot"] = secure_boot_plan(dist, module_path, sb, mok, request.get("secure_boot_check", True))
@@ -507,6 +594,10 @@ def plan_driver(node, request, env):
         return plan
     names, pinned, stream, lock, notes = driver_packages(dist, branch, flavour, request, kernel_facts)
     version_glob = "%s.*" % branch if branch and pinned else None
+    if dist["family"] == "debian":
+        plan["driver_version"] = debian_driver_version(node, request, flavour, branch)
+        if plan["driver_version"]:
+            version_glob = plan["driver_version"] + "-*"
     packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
     if request.get("packages"):
         names = packages = list(request["packages"])
@@ -515,10 +606,30 @@ def plan_driver(node, request, env):
                 repository=driver_repository(dist, request, node))
     if source == "offline":
         plan["offline_files"] = offline_files(node, request["offline_dir"], names,
-                                              "%s.*" % branch if branch else None, dist["package_manager"])
+                                              version_glob or ("%s.*" % branch if branch else None),
+                                              dist["package_manager"])
         plan["module_stream"] = None
     plan["commands"] = driver_commands(plan, action)
     return plan
+
+
+def debian_driver_version(node, request, flavour, branch):
+    """The upstream version all Debian driver packages are pinned to, or None when apt (or the
+    offline directory) cannot tell yet. Debian updates the non-free driver and the contrib open
+    module separately: bookworm carries nvidia-smi 535.309.01 beside nvidia-open-kernel-dkms
+    535.261.03, and a per-package `535.*` would mix them."""
+    module = DEBIAN_MODULE_PACKAGE[flavour]
+    if request["source"] == "offline":
+        versions = []
+        for name in node.listdir(request["offline_dir"]):
+            match = DEB_FILE_RE.match(name)
+            if match and match.group(1) == module:
+                versions.append(match.group(2))
+    elif node.run is not None:
+        versions = apt_candidates(node.run, module)
+    else:
+        return None
+    return lockstep_version(versions, branch)
 
 
 def _driver_source(dist, request):

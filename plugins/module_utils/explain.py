@@ -267,7 +267,7 @@ RULES = (
     (r"no runtime for \"?(?P<handler>[^\s\"]+)\"? is configured", _no_runtime),
     (r"failed to find runtime handler (?P<handler>\S+)", _no_runtime),
     (r"runtime handler \"?(?P<handler>[^\s\"]+)\"? (?:is )?not supported", _no_runtime),
-    (r"unknown or invalid runtime name: (?P<handler>[^\s.]+)", _docker_no_runtime),
+    (r"(?:unknown or invalid runtime name:|Unknown runtime specified) (?P<handler>[^\s.]+)", _docker_no_runtime),
     (r"(?:(?P<binary>/\S+): )?(?:/\S*/)?libc\.so\.6: version [`'\"]?GLIBC_(?P<version>\d+\.\d+)", _glibc),
     (r"GLIBC_(?P<version>\d+\.\d+)['`\"]? not found(?: \(required by (?P<binary>[^)\s]+)\))?", _glibc),
     (r"fork/exec " + _BINARY + r": no such file or directory", _missing_binary),

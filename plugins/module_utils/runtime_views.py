@@ -46,7 +46,6 @@ CRI_DISABLE_NAMES = (CRI_V1, CRI_V2, CRI_V3_RUNTIME, "io.containerd.cri.v1.image
 BINARY_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 DOCKER_BUILTIN = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
 CRIO_BUILTIN = ("runc", "crun")
-DUMP_TIMEOUT = 10
 
 
 def new_view(instance):
@@ -290,7 +289,7 @@ def containerd_dump(node, instance, view):
     if not instance.get("config_exists"):
         view["dump"] = {"ran": False, "reason": "no config file: containerd runs on its built-in defaults"}
         return
-    rc, out, err = node.run([binary, "--config", instance["config_path"], "config", "dump"], DUMP_TIMEOUT)
+    rc, out, err = node.run([binary, "--config", instance["config_path"], "config", "dump"])
     command = "%s --config %s config dump" % (binary, instance["config_path"])
     if rc != 0:
         message = (err or out).strip().splitlines()[-1:] or ["exit status %d" % rc]

@@ -38,6 +38,7 @@ CONTAINER_NAME = "vectoradd"
 POD_LOG_ROOT = "/var/log/pods"
 WORKLOAD_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 OUTPUT_LIMIT = 8000  # characters of workload output kept in results
+IMPORT_SETTLE_SECONDS = 10
 NVIDIA_SMI_QUERY = "index,name,uuid,driver_version,memory.total"
 
 
@@ -148,15 +149,15 @@ def ensure_image_cri(client, image, policy, tarball=None, ctr=None, check_mode=F
     if present and policy != "always":
         return "present"
     if tarball:
+        if check_mode:  # the tarball may be copied there by the same (checked) play
+            return "would-import"
         if not os.path.isfile(tarball):
             raise WorkloadError("image", "image tarball %s does not exist on the node" % tarball)
         if ctr is None:
             raise WorkloadError("image", "cannot import %s: containerd's ctr is not on this node (CRI-O: "
                                          "load it with podman or skopeo into containers-storage)" % tarball)
-        if check_mode:
-            return "would-import"
         out = import_tarball_ctr(ctr, client.address, tarball, pull_timeout)
-        if client.image_status(image) is None:
+        if not wait_image_cri(client, image, IMPORT_SETTLE_SECONDS):
             raise WorkloadError("image", "the tarball %s did not hold image %s; ctr imported: %s" % (
                 tarball, image, out.strip() or "nothing"))
         return "imported"
@@ -170,6 +171,17 @@ def ensure_image_cri(client, image, policy, tarball=None, ctr=None, check_mode=F
     except cri.CRIError as exc:
         raise WorkloadError("image", exc.message)
     return "pulled"
+
+
+def wait_image_cri(client, image, seconds):
+    """True once CRI sees IMAGE. containerd 2.x updates the CRI image store from import events,
+    a moment after `ctr images import` returned."""
+    deadline = time.time() + seconds
+    while client.image_status(image) is None:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 # --- CRI run ---------------------------------------------------------------------------------
@@ -303,10 +315,10 @@ def ensure_image_docker(docker, image, policy, tarball=None, check_mode=False, p
     if present and policy != "always":
         return "present"
     if tarball:
-        if not os.path.isfile(tarball):
-            raise WorkloadError("image", "image tarball %s does not exist on the node" % tarball)
         if check_mode:
             return "would-import"
+        if not os.path.isfile(tarball):
+            raise WorkloadError("image", "image tarball %s does not exist on the node" % tarball)
         rc, out = docker.run(["load", "-i", tarball], pull_timeout)
         if rc != 0:
             raise WorkloadError("image", "docker load -i %s failed (exit %d): %s" % (tarball, rc, out.strip()))
@@ -327,8 +339,10 @@ def ensure_image_docker(docker, image, policy, tarball=None, check_mode=False, p
 
 def docker_run_argv(name, handler, image, with_gpus):
     """`docker run` arguments. Without a GPU, `--gpus all` is left out: dockerd can only satisfy
-    that device request through NVIDIA's hook and a GPU, and would refuse the container outright."""
-    args = ["run", "--rm", "--name", name, "--label", VERIFY_LABEL + "=1", "--runtime", handler]
+    that device request through NVIDIA's hook and a GPU, and would refuse the container outright.
+    The sample needs no network: `--network none` also works where dockerd runs without a bridge."""
+    args = ["run", "--rm", "--name", name, "--label", VERIFY_LABEL + "=1", "--network", "none",
+            "--runtime", handler]
     if with_gpus:
         args += ["--gpus", "all"]
     for key, value in sorted(WORKLOAD_ENV.items()):

@@ -14,7 +14,7 @@ short_description: Plan the NVIDIA driver or container toolkit installation of a
 version_added: "0.1.0"
 description:
   - Reads the node (through I(root), like M(gpunode.nvidia.gpu_node_facts)) and returns what the
-    C(nvidia_driver) or C(nvidia_container_toolkit) role must do there, as data: the action, the packages with
+    C(nvidia_driver) or C(nvidia_container_toolkit) role must do there, as data - the action, the packages with
     their version pins, the repository, the dnf module stream, the kernels DKMS must build for, the Secure Boot
     verdict, the nouveau blacklist and whether a reboot is still needed.
   - "Driver actions: C(skip) (no NVIDIA GPU in sysfs and I(install_without_gpu) is false), C(keep) (a driver is
@@ -57,7 +57,7 @@ options:
     description:
       - C(open) or C(proprietary) kernel modules. C(auto) picks open when every GPU seen is Turing or newer
         (PCI device id 0x1e00 and up) and the branch is 515 or newer, and when no GPU is seen at all (an image
-        bake: open is NVIDIA's default from 560).
+        bake, where open is NVIDIA's default from 560).
     type: str
     choices: [auto, open, proprietary]
     default: auto
@@ -288,6 +288,12 @@ plan:
       description: Distribution notes.
       type: list
       elements: str
+    driver_version:
+      description: >-
+        Debian - the upstream version every driver package is pinned to, the newest candidate of the kernel module
+        package in the branch (apt-cache madison, or the offline directory); null until apt knows the packages.
+      type: str
+      sample: 535.261.03
     version:
       description: Toolkit version pinned, or null.
       type: str
@@ -314,37 +320,40 @@ TOOLKIT_KEYS = ("version", "allow_upgrade", "source", "repo_base", "repo_url", "
                 "gpgcheck", "repo_gpgcheck", "offline_dir")
 
 
+ARGUMENT_SPEC = dict(
+    stage=dict(type="str", required=True, choices=["driver", "toolkit"]),
+    root=dict(type="path", default="/"),
+    branch=dict(type="str", default=""),
+    default_branch=dict(type="str", default="580"),
+    flavour=dict(type="str", default="auto", choices=["auto", "open", "proprietary"]),
+    install_without_gpu=dict(type="bool", default=False),
+    allow_upgrade=dict(type="bool", default=False),
+    source=dict(type="str", default="auto", choices=["auto", "distribution", "nvidia", "offline"]),
+    packages=dict(type="list", elements="str", default=[]),
+    ubuntu_modules=dict(type="str", default="prebuilt", choices=["prebuilt", "dkms"]),
+    debian_mirror=dict(type="str", default="http://deb.debian.org/debian"),
+    debian_suites=dict(type="list", elements="str", default=[]),
+    debian_signed_by=dict(type="str", default="/usr/share/keyrings/debian-archive-keyring.gpg"),
+    repo_base=dict(type="str", default=""),
+    repo_url=dict(type="str", default=""),
+    repo_key_url=dict(type="str", default=""),
+    channel=dict(type="str", default="stable", choices=["stable", "experimental"]),
+    version=dict(type="str", default=""),
+    gpgcheck=dict(type="bool", default=True),
+    repo_gpgcheck=dict(type="bool", default=True),
+    offline_dir=dict(type="path"),
+    kernel_headers=dict(type="bool", default=True),
+    secure_boot_check=dict(type="bool", default=True),
+    running_kernel=dict(type="str"),
+    architecture=dict(type="str"),
+    secure_boot=dict(type="bool"),
+    mok_enrolled=dict(type="bool"),
+)
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            stage=dict(type="str", required=True, choices=["driver", "toolkit"]),
-            root=dict(type="path", default="/"),
-            branch=dict(type="str", default=""),
-            default_branch=dict(type="str", default="580"),
-            flavour=dict(type="str", default="auto", choices=["auto", "open", "proprietary"]),
-            install_without_gpu=dict(type="bool", default=False),
-            allow_upgrade=dict(type="bool", default=False),
-            source=dict(type="str", default="auto", choices=["auto", "distribution", "nvidia", "offline"]),
-            packages=dict(type="list", elements="str", default=[]),
-            ubuntu_modules=dict(type="str", default="prebuilt", choices=["prebuilt", "dkms"]),
-            debian_mirror=dict(type="str", default="http://deb.debian.org/debian"),
-            debian_suites=dict(type="list", elements="str", default=[]),
-            debian_signed_by=dict(type="str", default="/usr/share/keyrings/debian-archive-keyring.gpg"),
-            repo_base=dict(type="str", default=""),
-            repo_url=dict(type="str", default=""),
-            repo_key_url=dict(type="str", default=""),
-            channel=dict(type="str", default="stable", choices=["stable", "experimental"]),
-            version=dict(type="str", default=""),
-            gpgcheck=dict(type="bool", default=True),
-            repo_gpgcheck=dict(type="bool", default=True),
-            offline_dir=dict(type="path"),
-            kernel_headers=dict(type="bool", default=True),
-            secure_boot_check=dict(type="bool", default=True),
-            running_kernel=dict(type="str"),
-            architecture=dict(type="str"),
-            secure_boot=dict(type="bool"),
-            mok_enrolled=dict(type="bool"),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params

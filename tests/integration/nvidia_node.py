@@ -155,7 +155,8 @@ class NodeContainer(object):
 
     def rotate_repo_key(self, path):
         """The repository at path (under the served tree) is now signed with the rotated key."""
-        self.sh("cd %s/%s && mv InRelease.rotated InRelease" % (NODE_REPO, path))
+        # touch: a re-signed file is a new file (else HTTP If-Modified-Since keeps apt's old copy)
+        self.sh("cd %s/%s && mv InRelease.rotated InRelease && touch InRelease" % (NODE_REPO, path))
 
     def play(self, roles, extra_vars=None, check=False, post_tasks=None):
         """Run a play with these roles on the node; returns a PlayResult."""
@@ -173,7 +174,7 @@ class NodeContainer(object):
             json.dump(extra_vars or {}, handle)
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                    ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-                   ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+                   ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_PIPELINING="1")
         argv = [PLAYBOOK, "-i", inventory, playbook, "-e", "@" + variables]
         if check:
             argv.append("--check")

@@ -42,3 +42,4 @@ if [ ! -L "$link" ]; then
 fi
 
 tests/testbed/node-image.sh bookworm
+tests/testbed/images.sh >/dev/null

@@ -42,7 +42,8 @@ Scenario API (for any test, cluster verification or diagnosis):
         api.add_pod("kube-system", {...})  # seed any object (e.g. a Pending device-plugin pod)
         api.add_event("kube-system", "pod-name", "Warning", "Reason", "message")
         ...
-        api.pods_created, api.pods_deleted, api.peak_pods, api.requests   # what the client did
+        api.pods_created, api.created_pod_bodies, api.pods_deleted, api.peak_pods,
+        api.requests                                                       # what the client did
 
 `Node(name, behaviour="success", gpus=1, ...)`; a plain string is a node without
 GPUs or behaviour ("cpu" nodes: no nvidia.com/gpu, no GPU labels). When `token`
@@ -226,6 +227,7 @@ class KubeApiStandin:
         self.events = []        # event objects (dicts)
         self.requests = []      # (time, method, path)
         self.pods_created = []  # (namespace, name) in creation order
+        self.created_pod_bodies = {}  # (namespace, name) -> the body as the client sent it
         self.pods_deleted = []
         self.peak_pods = 0      # most pods that existed at one time: parallel clients show >1
         self.lock = threading.RLock()
@@ -314,6 +316,7 @@ class KubeApiStandin:
             meta.update({"namespace": namespace, "uid": str(uuid.uuid4()),
                          "creationTimestamp": now_iso(), "resourceVersion": "1"})
             body.update({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Pending"}})
+            self.created_pod_bodies[key] = copy.deepcopy(body)
             self.pods[key] = _Pod(namespace, body, time.time())
             self.pods_created.append(key)
             self.peak_pods = max(self.peak_pods, self._created_pods_alive())
@@ -447,6 +450,9 @@ def _list(kind, items):
 class _Handler(BaseHTTPRequestHandler):
     api = None  # set by KubeApiStandin.start
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK add ~40 ms to every keep-alive request (a Go apiserver has no such delay).
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):  # quiet: tests read api.requests instead
         pass

@@ -17,9 +17,11 @@
 #   libnvidia-container/newglibc/deb/amd64/   the same four packages at 1.18.1-1 whose
 #       nvidia-container-cli and libnvidia-container.so.1 are real ELF files from Debian sid
 #       that need GLIBC_2.38 (incident I4 on a glibc 2.36 host).
-#   debian/dists/bookworm/non-free/           Debian-style archive with driver packages
-#       (nvidia-driver, nvidia-open-kernel-dkms, nvidia-kernel-dkms, firmware-nvidia-gsp,
-#       nvidia-smi, libcuda1, libnvidia-ml1) at 535.261.03-1 and 550.163.01-1.
+#   debian/dists/bookworm/{contrib,non-free,non-free-firmware}/   Debian-style archive with the
+#       driver packages (nvidia-driver, nvidia-kernel-dkms, nvidia-smi, libcuda1, libnvidia-ml1 in
+#       non-free, nvidia-open-kernel-dkms in contrib, firmware-nvidia-gsp in non-free-firmware) at
+#       535.261.03-1 and 550.163.01-1, plus a 535.309.01-0+deb12u1 update of the non-free ones
+#       only, as Debian 12 has it (the open module stays at 535.261.03).
 #   offline/toolkit/, offline/driver/         the same .deb files in plain directories
 #       (offline mode: install from a local directory of packages).
 #
@@ -123,22 +125,25 @@ exec /usr/bin/nvidia-container-runtime \"\$@\":/usr/bin/nvidia-container-runtime
 exit 0:/usr/bin/nvidia-container-runtime-hook"
 }
 
-driver_packages() {  # DEST VERSION
-  local dest=$1 v=$2 upstream=${2%-*}
+driver_packages() {  # POOL VERSION [security]: the pool has contrib/, non-free/, non-free-firmware/
+  local pool=$1 v=$2 upstream=${2%%-*}
   local smi="#!/bin/sh
 # STAND-IN nvidia-smi $upstream: there is no GPU and no driver module here.
 echo 'NVIDIA-SMI has failed because it couldn'\\''t communicate with the NVIDIA driver. (stand-in $upstream)'
 exit 9"
-  mkdeb "$dest" firmware-nvidia-gsp "$v" amd64 "" "@stand-in GSP firmware $upstream:/lib/firmware/nvidia/$upstream/STAND-IN"
-  mkdeb "$dest" nvidia-open-kernel-dkms "$v" amd64 "firmware-nvidia-gsp (= $v)" \
-    "@stand-in open kernel module source $upstream (no dkms.conf: nothing is built):/usr/src/nvidia-current-open-$upstream/STAND-IN"
-  mkdeb "$dest" nvidia-kernel-dkms "$v" amd64 "" \
+  mkdeb "$pool/non-free-firmware" firmware-nvidia-gsp "$v" amd64 "" \
+    "@stand-in GSP firmware $upstream:/lib/firmware/nvidia/$upstream/STAND-IN"
+  mkdeb "$pool/non-free" nvidia-kernel-dkms "$v" amd64 "" \
     "@stand-in kernel module source $upstream (no dkms.conf: nothing is built):/usr/src/nvidia-current-$upstream/STAND-IN"
-  mkdeb "$dest" nvidia-smi "$v" amd64 "" "@$smi:/usr/bin/nvidia-smi"
-  mkdeb "$dest" libcuda1 "$v" amd64 "" "@stand-in libcuda $upstream:/usr/lib/x86_64-linux-gnu/nvidia/STAND-IN-libcuda"
-  mkdeb "$dest" libnvidia-ml1 "$v" amd64 "" "@stand-in NVML $upstream:/usr/lib/x86_64-linux-gnu/nvidia/STAND-IN-nvml"
-  mkdeb "$dest" nvidia-driver "$v" amd64 \
+  mkdeb "$pool/non-free" nvidia-smi "$v" amd64 "" "@$smi:/usr/bin/nvidia-smi"
+  mkdeb "$pool/non-free" libcuda1 "$v" amd64 "" "@stand-in libcuda $upstream:/usr/lib/x86_64-linux-gnu/nvidia/STAND-IN-libcuda"
+  mkdeb "$pool/non-free" libnvidia-ml1 "$v" amd64 "" "@stand-in NVML $upstream:/usr/lib/x86_64-linux-gnu/nvidia/STAND-IN-nvml"
+  mkdeb "$pool/non-free" nvidia-driver "$v" amd64 \
     "nvidia-kernel-dkms (= $v) | nvidia-open-kernel-dkms (= $v), nvidia-smi (= $v), libcuda1 (= $v)"
+  [ "${3:-}" = security ] && return 0
+  # Like Debian: the open module (contrib) is not rebuilt for the non-free security updates.
+  mkdeb "$pool/contrib" nvidia-open-kernel-dkms "$v" amd64 "firmware-nvidia-gsp (= $v)" \
+    "@stand-in open kernel module source $upstream (no dkms.conf: nothing is built):/usr/src/nvidia-current-open-$upstream/STAND-IN"
 }
 
 flat_repo() {  # DIR: Packages, Release, InRelease for a repository with suite "/"
@@ -159,23 +164,28 @@ newglibc=$out.new/libnvidia-container/newglibc/deb/amd64
 toolkit_packages "$newglibc" 1.18.1-1 "$new_elf" usr/bin/env
 flat_repo "$newglibc"
 
+# Debian-style archive: bookworm with contrib, non-free and non-free-firmware; 535.309.01 is a
+# "security update" of the non-free packages only, as in Debian 12 (the open module stays 535.261.03).
 debian=$out.new/debian
-pool=$debian/pool/non-free/n/nvidia-graphics-drivers
-for v in 535.261.03-1 550.163.01-1; do
-  driver_packages "$pool" "$v"
+pool=$debian/pool
+driver_packages "$pool" 535.261.03-1
+driver_packages "$pool" 535.309.01-0+deb12u1 security
+driver_packages "$pool" 550.163.01-1
+components="contrib non-free non-free-firmware"
+for component in $components; do
+  mkdir -p "$debian/dists/bookworm/$component/binary-amd64"
+  (cd "$debian" && apt-ftparchive packages "pool/$component" >"dists/bookworm/$component/binary-amd64/Packages" \
+    && gzip -9kf "dists/bookworm/$component/binary-amd64/Packages")
 done
-mkdir -p "$debian/dists/bookworm/non-free/binary-amd64"
-(cd "$debian" && apt-ftparchive packages pool/non-free >dists/bookworm/non-free/binary-amd64/Packages \
-  && gzip -9kf dists/bookworm/non-free/binary-amd64/Packages \
-  && apt-ftparchive -o APT::FTPArchive::Release::Origin="gpunode test (stand-in for Debian)" \
-       -o APT::FTPArchive::Release::Suite=bookworm -o APT::FTPArchive::Release::Codename=bookworm \
-       -o APT::FTPArchive::Release::Components=non-free -o APT::FTPArchive::Release::Architectures=amd64 \
-       release dists/bookworm >"$work/Release" && mv "$work/Release" dists/bookworm/Release)
+(cd "$debian" && apt-ftparchive -o APT::FTPArchive::Release::Origin="gpunode test (stand-in for Debian)" \
+    -o APT::FTPArchive::Release::Suite=bookworm -o APT::FTPArchive::Release::Codename=bookworm \
+    -o APT::FTPArchive::Release::Components="$components" -o APT::FTPArchive::Release::Architectures=amd64 \
+    release dists/bookworm >"$work/Release" && mv "$work/Release" dists/bookworm/Release)
 sign_release "$debian/dists/bookworm"
 
 mkdir -p "$out.new/offline/toolkit" "$out.new/offline/driver"
 cp "$stable"/*.deb "$out.new/offline/toolkit/"
-cp "$pool"/*.deb "$out.new/offline/driver/"
+cp "$pool"/*/*.deb "$out.new/offline/driver/"
 
 echo "$inputs" >"$out.new/.stamp"
 rm -rf "$out" && mv "$out.new" "$out"

@@ -32,3 +32,12 @@ def test_kubelet_stand_in_was_brought_back(host):
 
 def test_lock_released(host):
     assert not host.file("/run/lock/gpunode-nvidia.lock").exists
+
+
+def test_container_survived_containerd_restart(host):
+    before = host.file("/var/tmp/survivor.pid").content_string.strip()
+    tasks = host.run("ctr -n default task ls").stdout.split("\n")
+    survivor = [line.split() for line in tasks if line.startswith("survivor ")]
+    assert survivor and survivor[0][1] == before and survivor[0][2] == "RUNNING"
+    # and containerd really was restarted by the converge
+    assert "Stopped containerd" in host.run("journalctl -u containerd --no-pager").stdout

@@ -1,0 +1,473 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_workload_check
+short_description: Prove that a GPU workload runs on this node, through the path kubelet uses
+version_added: "0.1.0"
+description:
+  - Runs NVIDIA's CUDA vector-add sample once on the node and reports, with evidence, whether a GPU pod
+    would run here, and why not when it would not.
+  - On containerd and CRI-O it speaks CRI on the runtime's socket, as kubelet does, C(RunPodSandbox) with
+    the runtime handler (C(nvidia)), then one container with C(NVIDIA_VISIBLE_DEVICES=all), waits for it to
+    exit within O(timeout), reads its log, and removes the container and the sandbox in every case, also when
+    a step failed.
+  - On Docker hosts it runs C(docker run --rm --runtime nvidia --gpus all IMAGE).
+  - Success is the sample's own criterion, exit code 0 and C(Test PASSED) in the output. A wrong result
+    (C(Result verification failed at element N!)), a non-zero exit or a timeout is a failure, with the output
+    attached.
+  - Failures are explained, with a cause and a fix naming the node, the socket and the config file
+    (for example incident I1 C(no runtime for "nvidia" is configured), I4 C(GLIBC_2.27 not found),
+    I5 a missing C(BinaryName) binary, image pull errors).
+  - Without an NVIDIA GPU in sysfs it does not pretend, it reports RV(gpu=none) and RV(cuda_verified=false),
+    and still proves the runtime wiring, that a sandbox starts through the runtime handler. A container
+    failure that only says the driver is missing is then expected and does not fail the task, any other
+    failure does.
+  - Standard library only on the node (a built-in CRI client); no C(crictl) or C(kubectl).
+author:
+  - gpunode.nvidia contributors
+options:
+  engine:
+    description:
+      - The container runtime to run the workload with. V(auto) uses the runtime kubelet uses, as
+        M(gpunode.nvidia.gpu_node_facts) discovers it (C(gpu_node.target)).
+      - V(containerd) and V(crio) go through CRI on O(socket); V(docker) through the C(docker) CLI.
+    type: str
+    choices: [auto, containerd, crio, docker]
+    default: auto
+  socket:
+    description:
+      - The runtime's socket (C(unix:///path) or a path). Default, the discovered target's socket.
+    type: str
+  config_path:
+    description:
+      - The runtime's config file, only used to name it in explanations. Default, the discovered one.
+    type: path
+  runtime_handler:
+    description: The runtime handler (containerd/CRI-O runtime name, Docker C(--runtime)) to run with.
+    type: str
+    default: nvidia
+  image:
+    description:
+      - The workload image. Air-gapped sites use a mirror of it or O(image_tarball).
+    type: str
+    default: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+  pull_policy:
+    description:
+      - V(if_not_present) pulls (or imports) only when the runtime does not have O(image).
+      - V(always) pulls (or imports) every time, and so always reports a change.
+      - V(never) fails when the image is not there.
+    type: str
+    choices: [always, if_not_present, never]
+    default: if_not_present
+  image_tarball:
+    description:
+      - A C(docker save) or OCI archive on the node holding O(image), imported instead of pulling, with
+        C(ctr -n k8s.io images import) on containerd (C(ctr) is looked for beside the containerd binary,
+        then on C(PATH)) or C(docker load) on Docker.
+    type: path
+  timeout:
+    description: Seconds the workload may run before it counts as hung.
+    type: int
+    default: 300
+  pull_timeout:
+    description: Seconds allowed for pulling or importing the image.
+    type: int
+    default: 600
+  require_gpu:
+    description:
+      - Fail when the node has no NVIDIA GPU. By default a node without one is checked for its runtime
+        wiring only (image bakes, CPU-only build hosts).
+    type: bool
+    default: false
+  node_name:
+    description: The node's name in messages. Default, the host name.
+    type: str
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - Asks the runtime whether it has the handler and the image, and reports what it would pull or import;
+        runs no workload and changes nothing.
+  diff_mode:
+    support: full
+    details: Shows the image that is pulled or imported.
+notes:
+  - The sandbox uses the node's network namespace, so no CNI plugin is needed, and is labelled
+    C(gpunode.nvidia/verify=1). Container logs go to C(/var/log/pods/gpunode-verify_*), which is removed after.
+  - On Docker without a GPU, C(--gpus all) is left out, because dockerd refuses such a device request without
+    NVIDIA's hook and a GPU. The run then proves only that dockerd knows the runtime and that the runtime
+    starts containers.
+  - Tested against Debian's containerd 1.6.20 and 2.1.9 and dockerd 20.10, with a stand-in
+    C(nvidia-container-runtime) and stand-in sample images, since the test machines have no GPU.
+seealso:
+  - module: gpunode.nvidia.gpu_node_facts
+  - module: gpunode.nvidia.cri_info
+  - module: gpunode.nvidia.gpu_cluster_check
+"""
+
+EXAMPLES = r"""
+- name: Will a GPU pod run on this node?
+  gpunode.nvidia.gpu_workload_check:
+  register: gpu_check
+
+- name: Air-gapped node, sample image shipped as a tarball
+  gpunode.nvidia.gpu_workload_check:
+    image: registry.example.com/nvidia/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+    image_tarball: /var/cache/images/vectoradd.tar
+    pull_policy: never
+
+- name: k3s node, explicit socket
+  gpunode.nvidia.gpu_workload_check:
+    engine: containerd
+    socket: unix:///run/k3s/containerd/containerd.sock
+    timeout: 120
+
+- name: A GPU node must really have a GPU
+  gpunode.nvidia.gpu_workload_check:
+    require_gpu: true
+"""
+
+RETURN = r"""
+node:
+  description: The node's name.
+  returned: always
+  type: str
+  sample: gpu-node-1
+engine:
+  description: The runtime used (containerd, crio or docker).
+  returned: always
+  type: str
+  sample: containerd
+socket:
+  description: The runtime socket used.
+  returned: always
+  type: str
+  sample: /run/containerd/containerd.sock
+config_path:
+  description: The runtime's config file (discovered or given), named in explanations.
+  returned: always
+  type: str
+  sample: /etc/containerd/config.toml
+runtime_handler:
+  description: The runtime handler the workload ran with.
+  returned: always
+  type: str
+  sample: nvidia
+image:
+  description: The workload image.
+  returned: always
+  type: str
+  sample: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+image_source:
+  description: How the image was obtained, V(present), V(pulled), V(imported), or V(would-pull)/V(would-import)
+    in check mode.
+  returned: when the image step ran
+  type: str
+  sample: present
+gpu:
+  description: V(present) when sysfs shows an NVIDIA GPU, V(none) otherwise.
+  returned: always
+  type: str
+  sample: none
+gpus:
+  description: NVIDIA GPUs found in sysfs (PCI address, device id, kernel driver).
+  returned: always
+  type: list
+  elements: dict
+driver:
+  description: The loaded NVIDIA driver version from C(/proc/driver/nvidia/version), or null.
+  returned: always
+  type: str
+  sample: 550.54.15
+nvidia_smi:
+  description: GPUs and driver as C(nvidia-smi) reports them; null when it is not installed.
+  returned: always
+  type: dict
+  sample: {ok: true, driver_version: 550.54.15, gpus: [{index: "0", name: NVIDIA A100-SXM4-40GB,
+           uuid: GPU-5d3c..., driver_version: 550.54.15, memory_mib: "40960"}]}
+runtimes_loaded:
+  description: Runtime handlers the live daemon reports (CRI C(Status), C(docker info)).
+  returned: when the runtime answered
+  type: list
+  elements: str
+  sample: [nvidia, runc]
+runtime_wiring_verified:
+  description: The runtime accepted and started a sandbox (CRI) or a container (Docker) through the handler.
+  returned: always
+  type: bool
+cuda_verified:
+  description: A GPU is present and the sample passed. Never true on a node without a GPU.
+  returned: always
+  type: bool
+passed:
+  description: The sample exited 0 and printed C(Test PASSED).
+  returned: always
+  type: bool
+verdict:
+  description: V(cuda-verified), V(wiring-only) (no GPU, runtime wiring proven), V(not-run) (check mode)
+    or V(failed).
+  returned: always
+  type: str
+  sample: cuda-verified
+workload:
+  description: The run, exit code, reason, message, output (last 8000 characters), timed_out, seconds.
+  returned: when the workload ran
+  type: dict
+explanation:
+  description: Cause, incident number and fix of a known failure, else null.
+  returned: always
+  type: dict
+  sample: {rule: no-runtime, incident: I1, cause: "containerd on /run/containerd/containerd.sock has no runtime
+           \"nvidia\" loaded ...", fix: "On node gpu-1 add the \"nvidia\" runtime to /etc/containerd/config.toml ..."}
+error:
+  description: The failing step (image, sandbox, container, run) and the runtime's message verbatim.
+  returned: on failure
+  type: dict
+cleanup:
+  description: Whether everything the check created is gone; problems met while removing it.
+  returned: when the workload ran or failed after creating something
+  type: dict
+  sample: {removed: true, problems: [], leftovers: []}
+duration_s:
+  description: Wall time of the whole check.
+  returned: always
+  type: float
+"""
+
+import socket as socket_module
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
+from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather, normalize_socket
+from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain, explain_first
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
+
+CRI_CALL_TIMEOUT = 60
+ENGINES = ("containerd", "crio", "docker")
+
+
+class CheckFailed(Exception):
+    def __init__(self, msg):
+        super(CheckFailed, self).__init__(msg)
+        self.msg = msg
+
+
+def discover(params):
+    """Node facts needed here: GPUs, driver and, unless given, the runtime kubelet uses."""
+    sections = ["gpus", "driver"]
+    if params["engine"] == "auto" or not params["socket"] or not params["config_path"]:
+        sections += ["runtimes", "kubelet", "target"]
+    return gather("/", sections)
+
+
+def resolve_runtime(params, facts):
+    """(engine, socket, config_path, service, binary) from the options, else the discovered target."""
+    target = facts.get("target") or {}
+    engine = params["engine"]
+    if engine == "auto":
+        engine = target.get("kind")
+        if engine not in ENGINES:
+            raise CheckFailed("cannot tell which container runtime to check: %s; set engine and socket" % (
+                facts.get("target_reason") or "no runtime found"))
+    socket = cri._socket_path(params["socket"] or (target.get("kind") == engine and target.get("socket"))
+                              or default_socket(engine))
+    # The target's file, service and binary belong to the socket only when it is the target's.
+    same = target.get("kind") == engine and normalize_socket(target.get("socket") or "") == normalize_socket(socket)
+    config_path = params["config_path"] or (same and target.get("config_path")) or None
+    return engine, socket, config_path, same and target.get("service"), same and target.get("binary")
+
+
+def default_socket(engine):
+    return {"containerd": cri.DEFAULT_SOCKET, "crio": "/var/run/crio/crio.sock",
+            "docker": "/var/run/docker.sock"}[engine]
+
+
+def run_cri_check(module, result, context):
+    params = module.params
+    client = cri.CRIClient(result["socket"], timeout=CRI_CALL_TIMEOUT)
+    try:
+        status = client.status(verbose=True)
+    except cri.CRIError as exc:
+        raise_explained(result, context, "runtime", exc.message)
+    result["runtimes_loaded"] = sorted(cri.runtimes_from_status(status))
+    try:
+        ctr = wl.find_ctr(context.get("binary")) if params["image_tarball"] else None
+        result["image_source"] = wl.ensure_image_cri(
+            client, params["image"], params["pull_policy"], params["image_tarball"], ctr, module.check_mode,
+            params["pull_timeout"])
+    except cri.CRIError as exc:
+        raise_explained(result, context, "image", exc.message)
+    except wl.WorkloadError as exc:
+        raise_explained(result, context, exc.stage, exc.message)
+    if module.check_mode:
+        return None
+    try:
+        run = wl.run_cri(client, params["runtime_handler"], params["image"], params["timeout"])
+    except wl.WorkloadError as exc:
+        result["cleanup"] = cleanup_report(exc.cleanup, safe_leftovers(client))
+        result["runtime_wiring_verified"] = exc.stage != "sandbox"
+        raise_explained(result, context, exc.stage, exc.message, exc.output)
+    result["cleanup"] = cleanup_report(run.pop("cleanup"), safe_leftovers(client))
+    return run
+
+
+def safe_leftovers(client):
+    try:
+        return wl.leftover_sandboxes(client)
+    except cri.CRIError as exc:
+        return ["cannot list sandboxes: %s" % exc.message]
+
+
+def run_docker_check(module, result, context):
+    params = module.params
+    binary = wl.which("docker")
+    if binary is None:
+        raise CheckFailed("engine docker: the docker CLI is not installed on %s" % result["node"])
+    docker = wl.Docker(binary, result["socket"])
+    try:
+        result["runtimes_loaded"] = docker.runtimes()
+        result["image_source"] = wl.ensure_image_docker(
+            docker, params["image"], params["pull_policy"], params["image_tarball"], module.check_mode,
+            params["pull_timeout"])
+        if module.check_mode:
+            return None
+        run = wl.run_docker(docker, params["runtime_handler"], params["image"], params["timeout"],
+                            with_gpus=result["gpu"] == "present")
+    except wl.WorkloadError as exc:
+        if exc.stage == "container":
+            result["cleanup"] = cleanup_report([], wl.docker_leftovers(docker))
+        raise_explained(result, context, exc.stage, exc.message, exc.output)
+    result["cleanup"] = cleanup_report([], wl.docker_leftovers(docker))
+    return run
+
+
+def cleanup_report(problems, leftovers):
+    return {"removed": not problems and not leftovers, "problems": problems, "leftovers": leftovers}
+
+
+def raise_explained(result, context, stage, message, output=""):
+    result["error"] = {"stage": stage, "message": message}
+    if output:
+        result["workload"] = {"output": wl.tail(output)}
+    result["explanation"] = explain_first([message, output], context)
+    raise CheckFailed("%s failed on %s: %s" % (stage, result["node"], message))
+
+
+def judge(result, run, context):
+    """Set passed / cuda_verified / verdict / explanation from the run; a message when it failed."""
+    output = run["output"]
+    run["output"] = wl.tail(output)
+    result["workload"] = run
+    result["runtime_wiring_verified"] = True
+    result["passed"] = wl.passed(run["exit_code"], output)
+    has_gpu = result["gpu"] == "present"
+    if result["passed"]:
+        result["cuda_verified"] = has_gpu
+        result["verdict"] = "cuda-verified" if has_gpu else "wiring-only"
+        return None
+    result["explanation"] = explain_first([run["message"], output], context) if run["timed_out"] \
+        else explain_first([output, run["message"]], context)
+    if not has_gpu and not run["timed_out"] and (result["explanation"] or {}).get("rule") == "no-driver":
+        result["verdict"] = "wiring-only"  # expected without a GPU: the runtime's GPU hook ran and said so
+        return None
+    what = run["message"] if run["timed_out"] else "exit code %s, %s" % (
+        run["exit_code"], "no \"%s\" in the output" % wl.SUCCESS_LINE if wl.SUCCESS_LINE not in output
+        else "output has \"%s\"" % wl.SUCCESS_LINE)
+    return "the GPU workload failed on %s (%s)" % (result["node"], what)
+
+
+def base_result(params, facts):
+    gpus = facts.get("gpus") or []
+    return {
+        "changed": False, "node": params["node_name"] or socket_module.gethostname(),
+        "runtime_handler": params["runtime_handler"], "image": params["image"],
+        "gpu": "present" if gpus else "none", "gpus": gpus,
+        "driver": (facts.get("driver") or {}).get("version"), "nvidia_smi": wl.nvidia_smi_summary(),
+        "runtime_wiring_verified": False, "cuda_verified": False, "passed": False, "verdict": "failed",
+        "explanation": None,
+    }
+
+
+def image_diff(result):
+    source = result.get("image_source", "present")
+    if source == "present":
+        return None
+    how = "imported from the tarball" if "import" in source else "pulled"
+    return {"before": "image %s: absent\n" % result["image"], "after": "image %s: %s\n" % (result["image"], how)}
+
+
+def check(module):
+    params = module.params
+    started = time.time()
+    facts = discover(params)
+    result = base_result(params, facts)
+    try:
+        if params["require_gpu"] and result["gpu"] == "none":
+            raise CheckFailed("no NVIDIA GPU on %s (sysfs lists none) and require_gpu is set" % result["node"])
+        engine, socket, config_path, service, binary = resolve_runtime(params, facts)
+        result.update(engine=engine, socket=socket, config_path=config_path)
+        context = {"node": result["node"], "socket": socket, "config_path": config_path, "engine": engine,
+                   "service": service or None, "runtime_handler": params["runtime_handler"],
+                   "image": params["image"], "timeout": params["timeout"], "binary": binary or None}
+        runner = run_docker_check if engine == "docker" else run_cri_check
+        run = runner(module, result, context)
+        failure = None
+        if run is None:
+            result["verdict"] = "not-run"
+        else:
+            failure = judge(result, run, context)
+        result["changed"] = result.get("image_source", "present") != "present"
+        if failure:
+            raise CheckFailed(failure)
+    except CheckFailed as exc:
+        result["duration_s"] = round(time.time() - started, 3)
+        module.fail_json(msg=with_explanation(exc.msg, result["explanation"]), **mask_data(result))
+    result["duration_s"] = round(time.time() - started, 3)
+    diff = image_diff(result)
+    if diff and module._diff:
+        result["diff"] = diff
+    module.exit_json(**mask_data(result))
+
+
+def with_explanation(msg, explanation):
+    if not explanation:
+        return msg
+    incident = " (incident %s)" % explanation["incident"] if explanation["incident"] else ""
+    return "%s. Cause%s: %s Fix: %s" % (msg, incident, explanation["cause"], explanation["fix"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            engine=dict(type="str", default="auto", choices=["auto"] + list(ENGINES)),
+            socket=dict(type="str"),
+            config_path=dict(type="path"),
+            runtime_handler=dict(type="str", default="nvidia"),
+            image=dict(type="str", default=wl.DEFAULT_IMAGE),
+            pull_policy=dict(type="str", default="if_not_present", choices=["always", "if_not_present", "never"]),
+            image_tarball=dict(type="path"),
+            timeout=dict(type="int", default=300),
+            pull_timeout=dict(type="int", default=600),
+            require_gpu=dict(type="bool", default=False),
+            node_name=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    if module.params["timeout"] <= 0 or module.params["pull_timeout"] <= 0:
+        module.fail_json(msg="timeout and pull_timeout must be positive numbers of seconds")
+    check(module)
+
+
+if __name__ == "__main__":
+    main()
