@@ -967,7 +967,7 @@ def kubelet(node, procs=None):
     facts = {"running": False, "pid": None, "binary": None, "installed": False, "platform": None,
              "embedded_in": None, "endpoint": None, "endpoint_socket": None, "endpoint_source": None,
              "endpoint_origin": None, "config_path": None, "config_dir": None, "cgroup_driver": None,
-             "legacy_container_runtime": None, "flag_sources": []}
+             "legacy_container_runtime": None, "flag_sources": [], "service": None}
     sources = _running_kubelet(node, procs, facts) or _installed_kubelet(node, facts)
     facts["installed"] = facts["installed"] or facts["running"] or bool(sources)
     _apply_flags(facts, sources)
@@ -983,7 +983,8 @@ def _running_kubelet(node, procs, facts):
     for proc in procs:
         if proc["name"] == "kubelet":
             facts.update(running=True, pid=proc["pid"], binary=proc.get("exe") or proc["argv"][0],
-                         platform=_kubelet_platform(proc["argv"][0]))
+                         service=proc.get("service"),
+                         platform=_kubelet_platform(proc["argv"][0], proc.get("service")))
             sources = [("/proc/%d/cmdline" % proc["pid"], proc["argv"][1:])]
             if facts["platform"] == "k8s-snap":
                 sources.insert(0, (K8S_SNAP_ARGS + "/kubelet", split_args(node.read(K8S_SNAP_ARGS + "/kubelet"))))
@@ -1002,8 +1003,8 @@ def _running_kubelet(node, procs, facts):
     return None
 
 
-def _kubelet_platform(binary):
-    if "/snap/k8s/" in binary:
+def _kubelet_platform(binary, service=None):
+    if "/snap/k8s/" in binary or (service or "").startswith("snap.k8s."):
         return "k8s-snap"
     if "/k0s/" in binary:
         return "k0s"

@@ -321,8 +321,9 @@ def check_nvidia_elsewhere(rule, ctx):
 
 def kubelet_fix(ctx):
     service = "kubelet" if not ctx.kubelet.get("embedded_in") else ctx.kubelet["embedded_in"]
-    return manual_fix("Start kubelet again and watch it stay up (journalctl -u %s); the role container_runtime "
-                      "restarts the runtime under a node lock and brings kubelet back afterwards." % service,
+    return manual_fix("Start kubelet again and watch it stay up (journalctl -u %s). Change the runtime with the role "
+                      "container_runtime: it restarts the runtime under a node lock and brings back a kubelet that "
+                      "dies in the restart." % service,
                       ["systemctl start %s" % service, "journalctl -u %s -n 50" % service])
 
 

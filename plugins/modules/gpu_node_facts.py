@@ -227,6 +227,7 @@ ansible_facts:
             config_dir: {description: "C(--config-dir) of KubeletConfiguration drop-ins (EKS AL2023)", type: str}
             cgroup_driver: {description: C(systemd) or C(cgroupfs) when set., type: str}
             legacy_container_runtime: {description: "C(docker) when kubelet is still started with C(--container-runtime docker) (incident I3)", type: str}
+            service: {description: "systemd service of the running kubelet (from its cgroup), or null", type: str}
             flag_sources: {description: Files and command lines the flags were read from, in order., type: list, elements: str}
         target:
           description: >-

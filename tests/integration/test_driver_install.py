@@ -66,7 +66,8 @@ def test_debian_bake_install_idempotence_and_branch_upgrade(node):
     assert node.packages() == dict((name, "535.261.03-1") for name in OPEN_SET)
     assert "blacklist nouveau" in node.read("/etc/modprobe.d/blacklist-nouveau.conf")
     sources = node.read("/etc/apt/sources.list.d/nvidia-driver-debian.sources")
-    assert "Signed-By: /etc/apt/keyrings/nvidia-driver-debian.asc" in sources and "Components: non-free" in sources
+    assert "Signed-By: /etc/apt/keyrings/nvidia-driver-debian.asc" in sources
+    assert "Components: contrib non-free non-free-firmware" in sources
     assert summary_of(first) and summary_of(first)[0].startswith("REBOOT REQUIRED: the NVIDIA driver is installed")
 
     again = node.play(DRIVER, bake, post_tasks=SUMMARY)
@@ -94,6 +95,31 @@ def test_debian_offline_directory_proprietary_modules(node):
                                    ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1"))
     assert node.read("/etc/apt/sources.list.d/nvidia-driver-debian.sources") is None
     assert node.play(DRIVER, offline).changed == 0
+
+
+def test_real_debian_driver_packages_from_debian_archive(nvidia_repo):
+    """Debian's REAL non-free driver packages (no stand-in), from deb.debian.org, in a node
+    container: the package path, the contrib open module and the lockstep version are real.
+    The DKMS build is skipped by Debian's own hook: the container has no headers for the
+    host's kernel (and no GPU to load a module on)."""
+    node = nvidia_node.NodeContainer()
+    try:
+        node.start()
+        bake = {"nvidia_driver_install_without_gpu": True, "nvidia_driver_branch": "535"}
+        first = node.play(DRIVER, bake, post_tasks=SUMMARY)
+        assert not first.failed, first.failure_messages()
+        installed = node.packages()
+        versions = set(installed[name] for name in OPEN_SET)
+        assert len(versions) == 1 and versions.pop().startswith("535."), installed
+        assert "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" in node.read(
+            "/etc/apt/sources.list.d/nvidia-driver-debian.sources")
+        dkms = node.sh("dkms status").stdout
+        assert "nvidia-current-open/535." in dkms and "installed" not in dkms, dkms
+        assert summary_of(first)[0].startswith("REBOOT REQUIRED")
+        again = node.play(DRIVER, bake)
+        assert not again.failed and again.changed == 0, again.changed_tasks()
+    finally:
+        node.close()
 
 
 # --- incident I6 through a node tree ------------------------------------------------------------

@@ -21,8 +21,6 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import expl
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
-pytest.importorskip("kubernetes", reason="the Kubernetes Python client is a controller requirement")
-
 MODULE = "gpunode.nvidia.gpu_cluster_check"
 TOKEN = "standin-secret-token-123"
 CONFIG = "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml"

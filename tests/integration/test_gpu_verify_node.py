@@ -301,7 +301,7 @@ def test_report_timings():
 
 def judged(gpu, exit_code, output, timed_out=False):
     from ansible_collections.gpunode.nvidia.plugins.modules import gpu_workload_check as module
-    result = {"node": "n1", "gpu": gpu, "explanation": None}
+    result = {"node": "n1", "gpu": gpu, "explanation": None, "cuda_verified": False, "verdict": "failed"}
     run = {"exit_code": exit_code, "output": output, "message": "", "timed_out": timed_out, "reason": ""}
     failure = module.judge(result, run, {"node": "n1"})
     return failure, result
