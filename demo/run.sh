@@ -20,7 +20,8 @@ if [ "$(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null)" != "true" ]
     --cap-add SYS_CHROOT --cap-add SETFCAP --cap-add AUDIT_WRITE --cap-add SYS_NICE \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     local/gpunode-node:bookworm /sbin/init >/dev/null
-  docker exec "$node" systemctl is-system-running --wait >/dev/null || true
+  echo "== preparing it like a freshly provisioned worker (stand-ins: kubelet, nvidia runtime, images)"
+  .venv/bin/ansible-playbook -i demo/inventory.yml molecule/resources/prepare.yml >.cache/demo-prepare.log
 fi
 
 echo "== ansible-playbook playbooks/site.yml (what changed is shown as a diff)"

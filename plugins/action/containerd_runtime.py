@@ -65,7 +65,7 @@ class ActionModule(ActionBase):
         target, path = self._resolve_target(args, task_vars)
         if args["path"] is None and _platform_writes_config(target):
             return self._platform_managed(target)
-        dump_cmd = [self._containerd_binary(args, target), "--config", "%s", "config", "dump"]
+        dump_cmd = [self._containerd_binary(args, target, path), "--config", "%s", "config", "dump"]
         args = dict(args, path=path, containerd_binary=dump_cmd[0])
         validate = args["validate"]
         current = self._node(
@@ -144,9 +144,10 @@ class ActionModule(ActionBase):
         return target, args["path"]
 
     @staticmethod
-    def _containerd_binary(args, target):
+    def _containerd_binary(args, target, path):
         """Validate with the instance's own containerd (its version decides import semantics)."""
-        if args["containerd_binary"] == "containerd" and target and target.get("binary"):
+        if (args["containerd_binary"] == "containerd" and target and target["kind"] == "containerd"
+                and target.get("binary") and path in (target.get("edit_path"), target.get("config_path"))):
             return target["binary"]
         return args["containerd_binary"]
 

@@ -203,6 +203,10 @@ def _read_log(path):
         return ""
 
 
+# A slice that exists on every systemd node, for runtimes driven by the systemd cgroup driver.
+SYSTEMD_SLICE = "system.slice"
+
+
 def run_cri(client, handler, image, timeout, envs=None):
     """Run IMAGE once in a new sandbox through runtime HANDLER; always remove what was created.
 
@@ -223,10 +227,23 @@ def run_cri(client, handler, image, timeout, envs=None):
     return result
 
 
+def _cgroup_parent(client, handler):
+    """The slice kubelet's systemd cgroup driver would pass: runc refuses a cgroupfs-style path for a
+    runtime with SystemdCgroup = true ("expected cgroupsPath to be of format slice:prefix:name")."""
+    try:
+        runtimes = cri.runtimes_from_status(client.status(verbose=True))
+    except cri.CRIError:
+        return ""
+    return SYSTEMD_SLICE if runtimes.get(handler, {}).get("systemd_cgroup") else ""
+
+
 def _run_in_sandbox(client, handler, image, timeout, envs, uid, log_dir, created):
     labels = {VERIFY_LABEL: "1"}
     sandbox = cri.sandbox_config(SANDBOX_NAME, uid, namespace=SANDBOX_NAMESPACE, log_directory=log_dir,
                                  labels=labels)
+    cgroup_parent = _cgroup_parent(client, handler)
+    if cgroup_parent:
+        sandbox["linux"]["cgroup_parent"] = cgroup_parent
     log_path = os.path.join(log_dir, CONTAINER_NAME + ".log")
     started = time.time()
     try:

@@ -90,7 +90,7 @@ def test_pinned_install_idempotence_upgrade_permission_and_cdi(node, nvidia_repo
     assert any("CDI spec /etc/cdi/nvidia.yaml is not generated" in m for m in no_gpu.messages())
     forced = dict(cdi, nvidia_container_toolkit_cdi_without_gpu=True)
     generated = node.play(ROLE, forced)
-    assert generated.changed_tasks() == ["Install the CDI spec"], generated.changed_tasks()
+    assert generated.changed_tasks() == ["Create the CDI spec directory", "Install the CDI spec"]
     assert "kind: nvidia.com/gpu" in node.read("/etc/cdi/nvidia.yaml")
     again = node.play(ROLE, forced)
     assert again.changed == 0, again.changed_tasks()

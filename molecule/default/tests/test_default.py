@@ -41,3 +41,7 @@ def test_container_survived_containerd_restart(host):
     assert survivor and survivor[0][1] == before and survivor[0][2] == "RUNNING"
     # and containerd really was restarted by the converge
     assert "Stopped containerd" in host.run("journalctl -u containerd --no-pager").stdout
+
+
+def test_workload_went_through_the_nvidia_handler(host):
+    assert "create" in host.file("/var/log/nvidia-container-runtime-standin.log").content_string

@@ -32,3 +32,10 @@ def test_facts_name_the_snap_instance(host):
 
 def test_snap_kubelet_brought_back(host):
     assert host.service("snap.k8s.kubelet").is_running
+
+
+def test_workload_ran_through_the_snap_instance(host):
+    # gpu_verify ran the stand-in vector-add through the nvidia handler of the snap containerd.
+    log = host.file("/var/log/nvidia-container-runtime-standin.log").content_string
+    assert "create" in log
+    assert SNAP_BASE in log  # the OCI bundle lives under the snap's state directory
