@@ -60,8 +60,8 @@ options:
     description:
       - Make the runtime C(default_runtime_name).
       - V(false) never demotes an existing default. With O(state=absent), a default that names the removed
-        runtime falls back to the runtime pods used before it (the non-nvidia runtime the config defines:
-        the old default, C(runc) or C(crun); else C(runc)).
+        runtime falls back to the runtime pods used before it, that is the non-nvidia runtime the config
+        defines (the old default, C(runc) or C(crun)), else C(runc).
     type: bool
     default: false
   cdi:

@@ -35,4 +35,10 @@ def test_live_containerd_runs_the_installed_runtime(host):
     assert result["runtimes"]["nvidia"]["binary_name"] == "/usr/bin/nvidia-container-runtime"
     runtime = host.file("/usr/bin/nvidia-container-runtime")
     assert runtime.is_file and runtime.mode & 0o111
-    assert host.package("nvidia-container-toolkit-base").is_installed  # the binary came from the package
+    owner = host.run("dpkg -S /usr/bin/nvidia-container-runtime").stdout
+    assert owner.startswith("nvidia-container-toolkit-base:")  # installed by the toolkit stage, not by prepare
+
+
+def test_verification_workload_went_through_the_packaged_runtime(host):
+    log = host.file("/var/log/nvidia-container-runtime-standin.log")
+    assert log.exists and " create " in log.content_string
