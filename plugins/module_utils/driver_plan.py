@@ -28,11 +28,15 @@ __metaclass__ = type
 
 import functools
 import gzip
-import lzma
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import Node, gather
+try:  # some minimal Python builds lack _lzma; .ko.xz modules are then not read
+    import lzma
+except ImportError:
+    lzma = None
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
 
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1")
@@ -209,6 +213,8 @@ def module_files(node, kernel_list):
 
 def module_version(local_path):
     """The `version=` of a kernel module's .modinfo (plain, .xz or .gz), as modinfo shows it."""
+    if local_path.endswith(".xz") and lzma is None:
+        return None
     try:
         if local_path.endswith(".xz"):
             with lzma.open(local_path) as handle:
@@ -219,7 +225,7 @@ def module_version(local_path):
         else:
             with open(local_path, "rb") as handle:
                 data = handle.read(64 * 1024 * 1024)
-    except (IOError, OSError, EOFError, lzma.LZMAError):
+    except Exception:  # unreadable or corrupt (compressed) module: no version, never a failed plan
         return None
     match = re.search(br"(?:^|\0)version=(\d+\.\d+(?:\.\d+)?)\0", data)
     return match.group(1).decode("ascii") if match else None
@@ -351,7 +357,8 @@ def choose_flavour(requested, gpus, branch):
         return "proprietary", "GPU %s is older than Turing: the open modules do not support it" % ", ".join(older)
     if gpus:
         return "open", "every GPU is Turing or newer: open modules are NVIDIA's default from 560"
-    return "open", "no GPU seen (image bake): open modules, NVIDIA's default from 560 (set the flavour for pre-Turing fleets)"
+    return "open", ("no GPU seen (image bake): open modules, NVIDIA's default from 560 "
+                    "(set the flavour for pre-Turing fleets)")
 
 
 def _device_id(gpu):
@@ -403,7 +410,8 @@ def driver_action(request, gpus, installed, flavour):
         changes.append("branch %s is asked for, %s is on the node" % (branch, installed["branch"]))
     if (request.get("flavour") in ("open", "proprietary") and installed["loaded_flavour"]
             and installed["loaded_flavour"] != request.get("flavour")):
-        changes.append("%s modules are asked for, %s are loaded" % (request.get("flavour"), installed["loaded_flavour"]))
+        changes.append("%s modules are asked for, %s are loaded" % (request.get("flavour"),
+                                                                     installed["loaded_flavour"]))
     if not changes:
         return "keep", "%s is left alone (pre-installed drivers are never reinstalled)" % what
     if request.get("allow_upgrade"):
@@ -431,7 +439,8 @@ def driver_packages(dist, branch, flavour, request, kernel_facts):
         suffix = "-server-open" if open_ else "-server"
         if request.get("ubuntu_modules", "prebuilt") == "prebuilt":
             names = ["nvidia-headless-no-dkms-%s%s" % (branch, suffix), "nvidia-utils-%s-server" % branch]
-            names += ["linux-modules-nvidia-%s%s-%s" % (branch, suffix, k) for k in _ubuntu_module_kernels(kernel_facts)]
+            names += ["linux-modules-nvidia-%s%s-%s" % (branch, suffix, kernel)
+                      for kernel in _ubuntu_module_kernels(kernel_facts)]
             notes.append("prebuilt modules signed by Canonical: no DKMS build, Secure Boot compatible")
         else:
             names = ["nvidia-headless-%s%s" % (branch, suffix), "nvidia-utils-%s-server" % branch]
@@ -601,8 +610,8 @@ def plan_driver(node, request, env):
     packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
     if request.get("packages"):
         names = packages = list(request["packages"])
-    plan.update(packages=packages, module_stream=stream, versionlock=lock, notes=notes,
-                headers=headers_packages(dist, kernel_facts, module_path) if request.get("kernel_headers", True) else [],
+    headers = headers_packages(dist, kernel_facts, module_path) if request.get("kernel_headers", True) else []
+    plan.update(packages=packages, module_stream=stream, versionlock=lock, notes=notes, headers=headers,
                 repository=driver_repository(dist, request, node))
     if source == "offline":
         plan["offline_files"] = offline_files(node, request["offline_dir"], names,

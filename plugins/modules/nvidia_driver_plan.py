@@ -139,7 +139,9 @@ options:
     type: bool
     default: true
   offline_dir:
-    description: Directory on the node holding the package files (C(NAME_VERSION_ARCH.deb) or C(NAME-VERSION-RELEASE.ARCH.rpm)).
+    description:
+      - Directory on the node holding the package files (C(NAME_VERSION_ARCH.deb) or
+        C(NAME-VERSION-RELEASE.ARCH.rpm)).
     type: path
   kernel_headers:
     description: Plan the kernel headers (C(linux-headers-K) / C(kernel-devel-K)) of each kernel DKMS builds for.
@@ -203,17 +205,21 @@ plan:
   type: dict
   contains:
     action:
-      description: Driver - C(skip), C(keep), C(install), C(upgrade). Toolkit - C(install), C(keep), C(change), C(refused).
+      description: >-
+        Driver - C(skip), C(keep), C(install), C(upgrade). Toolkit - C(install), C(keep), C(change), C(refused).
       type: str
       sample: install
     reason:
       description: Why, in words for the operator.
       type: str
     distribution:
-      description: C(id), C(version), C(major), C(codename), C(family) (debian, ubuntu, redhat, amazon), C(setup), C(package_manager), C(arch), C(deb_arch).
+      description: >-
+        C(id), C(version), C(major), C(codename), C(family) (debian, ubuntu, redhat, amazon), C(setup),
+        C(package_manager), C(arch), C(deb_arch).
       type: dict
     setup:
-      description: Setup path of the role - C(Debian), C(Ubuntu), C(RedHat) (RHEL 8/9/10, Amazon Linux 2023) or C(Amazon-2).
+      description: >-
+        Setup path of the role - C(Debian), C(Ubuntu), C(RedHat) (RHEL 8/9/10, Amazon Linux 2023) or C(Amazon-2).
       type: str
     package_manager:
       description: C(apt), C(dnf) or C(yum).
@@ -222,7 +228,8 @@ plan:
       description: C(distribution), C(nvidia) or C(offline).
       type: str
     packages:
-      description: Package names or version specs to install (C(nvidia-smi=535.*), C(nvidia-container-toolkit=1.17.8-1)).
+      description: >-
+        Package names or version specs to install (C(nvidia-smi=535.261.03-*), C(nvidia-container-toolkit=1.17.8-1)).
       type: list
       elements: str
     offline_files:
@@ -269,14 +276,18 @@ plan:
       type: list
       elements: str
     kernel:
-      description: C(running), C(installed), C(boot) (the kernel the machine boots next), C(running_installed) and C(dkms_targets).
+      description: >-
+        C(running), C(installed), C(boot) (the kernel the machine boots next), C(running_installed) and
+        C(dkms_targets).
       type: dict
     headers:
       description: Kernel header packages for the DKMS target kernels.
       type: list
       elements: str
     secure_boot:
-      description: C(enabled) (true, false or null), C(source), C(module_signed), C(mok_key), C(mok_enrolled), C(blocks_install), C(message).
+      description: >-
+        C(enabled) (true, false or null), C(source), C(module_signed), C(mok_key), C(mok_enrolled),
+        C(blocks_install), C(message).
       type: dict
     nouveau:
       description: C(blacklist_path), C(content) and C(initramfs_command) (null when the image has no initramfs tool).

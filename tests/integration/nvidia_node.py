@@ -56,7 +56,8 @@ class PlayResult(object):
         try:
             self.report = json.loads(proc.stdout)
         except ValueError:
-            raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-4000:], proc.stderr[-4000:]))
+            raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s"
+                                 % (proc.stdout[-4000:], proc.stderr[-4000:]))
         self.host = host
         self.stats = self.report["stats"].get(host, {})
 

@@ -5,6 +5,7 @@ their paths are checked here, as plans (packages, repository files, module strea
 from node trees that hold what those systems hold (os-release, sysfs, /proc, /boot, efivars).
 Debian's path is also run for real with apt (tests/integration).
 """
+import lzma
 import os
 import struct
 
@@ -57,7 +58,8 @@ class Tree(object):
         return self.write("/proc/driver/nvidia/version", banner).write("/proc/modules", "nvidia 1 0 - Live 0x0\n")
 
     def dpkg(self, packages):
-        stanzas = ["Package: %s\nStatus: install ok installed\nVersion: %s\n" % item for item in sorted(packages.items())]
+        stanzas = ["Package: %s\nStatus: install ok installed\nVersion: %s\n" % item
+                   for item in sorted(packages.items())]
         return self.write("/var/lib/dpkg/status", "\n".join(stanzas))
 
     def kernel(self, release, where="boot"):
@@ -134,12 +136,15 @@ def test_different_branch_replaces_the_driver_only_when_allowed(tree):
     assert driver(node, branch="535", allow_upgrade=True)["action"] == "keep"
 
 
-def test_module_files_of_a_run_installer_are_found(tree):
+def test_module_files_and_their_version_are_found(tree):
     node = tree().kernel("6.1.0-28-amd64")
-    node.write("/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia-current.ko.xz", "x")
+    module_path = "/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia-current.ko.xz"
+    node.write(module_path, "")
+    with lzma.open(node.root + module_path, "wb") as handle:
+        handle.write(b"\x7fELF\0license=NVIDIA\0version=550.54.15\0vermagic=6.1.0-28-amd64\0")
     installed = driver(node, install_without_gpu=True)["installed"]
-    assert installed["module_files"] == ["/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia-current.ko.xz"]
-    assert installed["present"]
+    assert installed["module_files"] == [module_path]
+    assert installed["present"] and installed["package_version"] == "550.54.15" and installed["branch"] == "550"
 
 
 @pytest.mark.parametrize("device,branch,flavour", [

@@ -1,0 +1,72 @@
+"""Auto mode (incident I2): with no path, containerd_runtime configures the containerd kubelet uses.
+
+Two real private containerd daemons run side by side; a STAND-IN kubelet process
+(tests/testbed/stand-ins/kubelet, shown in /proc as `kubelet`) talks to the first. The
+module, left to discover, must edit the first one's file only; given the second's file
+explicitly, it must refuse and name both.
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import daemons
+from ansible_runner import run_module
+from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+
+STANDIN_KUBELET = os.path.join(daemons.REPO, "tests", "testbed", "stand-ins", "kubelet")
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def kubelet_on():
+    started = []
+
+    def start(ctrd):
+        argv = ["bash", "-c", 'exec -a kubelet "$0" "$@"', sys.executable, STANDIN_KUBELET,
+                "--container-runtime-endpoint=unix://" + ctrd.socket, "--healthz-port=%d" % free_port()]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert b"healthy" in proc.stdout.readline()
+        started.append(proc)
+        return proc
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("release", ["bookworm", "sid"], ids=["containerd-1.6.20", "containerd-2.1.9"])
+def test_auto_mode_configures_the_instance_kubelet_uses(release, private_containerd, kubelet_on):
+    used, other = private_containerd(release), private_containerd(release)
+    used.start(used.minimal_config())
+    other.start(other.minimal_config())
+    kubelet_on(used)
+    other_before = other.read_config()
+
+    result = run_module("gpunode.nvidia.containerd_runtime", {"binary": daemons.STANDIN_RUNTIME})
+    assert result["changed"] and result["validated"], result
+    assert result["path"] == used.config_path
+    assert result["target"]["socket"] == used.socket
+    assert result["target"]["selected_by"] == "kubelet"
+    assert result["containerd_version"].split()[2].startswith(used.dist.version)
+
+    # While kubelet talks to the first instance, the second one's file is refused.
+    refused = run_module("gpunode.nvidia.containerd_runtime",
+                         {"path": other.config_path, "binary": daemons.STANDIN_RUNTIME})
+    assert refused.get("failed")
+    assert other.config_path in refused["msg"] and used.config_path in refused["msg"]
+    assert "incident I2" in refused["msg"]
+    assert other.read_config() == other_before
+
+    used.restart()
+    assert "nvidia" in cri.runtimes_from_status(used.client().status(verbose=True))
+    assert "nvidia" not in cri.runtimes_from_status(other.client().status(verbose=True))
+    assert other.read_config() == other_before
+
