@@ -33,3 +33,9 @@ demo-clean:
 
 molecule: bootstrap
 	$(PY) -m pytest -q tests/molecule
+
+# ansible-lint is kept out of the test venv (it pins its own ansible-core range).
+lint: bootstrap
+	test -x .cache/lint-venv/bin/ansible-lint || { python3 -m venv .cache/lint-venv && \
+	  .cache/lint-venv/bin/pip install -q ansible-core==2.19.14 ansible-lint==26.10.1 tomlkit kubernetes; }
+	PATH=$(REPO)/.cache/lint-venv/bin:$$PATH .cache/lint-venv/bin/ansible-lint
