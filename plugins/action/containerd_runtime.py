@@ -13,9 +13,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
@@ -38,17 +37,12 @@ FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
 DEFAULT_PATH = "/etc/containerd/config.toml"
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(ValidatedAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
-        if validation.error_messages:
-            raise AnsibleActionFail("; ".join(validation.error_messages))
-        args = validation.validated_parameters
+        args = self.validated_args()
         try:
             result.update(self._run(args, task_vars))
         except (ConfigError, effective.GuardError) as exc:

@@ -17,10 +17,8 @@ import json
 import os
 import tempfile
 
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_report import (
     build_report, render_console, render_html)
 
@@ -45,17 +43,12 @@ def write_atomically(path, text):
     os.rename(temp, path)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(ValidatedAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
-        if validation.error_messages:
-            raise AnsibleActionFail("; ".join(validation.error_messages))
-        args = validation.validated_parameters
+        args = self.validated_args()
         hostvars = (task_vars or {}).get("hostvars", {})
         node_results = []
         for host in args["hosts"]:

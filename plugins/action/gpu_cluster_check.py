@@ -14,9 +14,8 @@ __metaclass__ = type
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 
 ARGUMENT_SPEC = dict(
@@ -53,17 +52,12 @@ def node_targets(nodes):
     return targets
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(ValidatedAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
-        if validation.error_messages:
-            raise AnsibleActionFail("; ".join(validation.error_messages))
-        args = validation.validated_parameters
+        args = self.validated_args()
         if not cv.HAS_KUBERNETES:
             raise AnsibleActionFail("gpu_cluster_check needs the Kubernetes Python client: %s" % INSTALL_HINT)
         if args["timeout"] <= 0 or args["parallelism"] <= 0 or args["poll_interval"] <= 0:
