@@ -12,6 +12,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import posixpath
+
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
@@ -35,6 +37,7 @@ ARGUMENT_SPEC = dict(
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
 DEFAULT_PATH = "/etc/containerd/config.toml"
+DROPIN_NAME = "99-nvidia.toml"
 
 
 class ActionModule(ValidatedAction):
@@ -124,8 +127,12 @@ class ActionModule(ValidatedAction):
                 raise ConfigError("the runtime kubelet uses is %s (%s), not containerd: use gpunode.nvidia.%s_runtime "
                                   "(role variable container_runtime_engine: %s)."
                                   % (target["kind"], target.get("socket"), target["kind"], target["kind"]))
+            if target.get("edit_mode") == "dropin":
+                # k0s imports every file of its drop-in directory: ours gets a file of its own.
+                return target, posixpath.join(target.get("edit_path") or target["dropin_dir"], DROPIN_NAME)
             return target, target.get("edit_path") or DEFAULT_PATH
         if (target is not None and target.get("selected_by") == "kubelet" and target["kind"] == "containerd"
+                and posixpath.dirname(args["path"]) != target.get("dropin_dir")
                 and args["path"] not in (target.get("edit_path"), target.get("config_path"))
                 and not args["allow_path_mismatch"]):
             raise ConfigError(

@@ -1,0 +1,67 @@
+"""Which file containerd_runtime edits, from discovery's answer (no node needed)."""
+import pytest
+
+from ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime import ActionModule, _platform_writes_config
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError
+
+SNAP = {"kind": "containerd", "platform": "k8s-snap", "selected_by": "kubelet", "edit_mode": "main",
+        "socket": "/var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock",
+        "config_path": "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml",
+        "edit_path": "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml",
+        "dropin_dir": "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/conf.d"}
+K0S = {"kind": "containerd", "platform": "k0s", "selected_by": "kubelet", "edit_mode": "dropin",
+       "edit_path": "/etc/k0s/containerd.d", "dropin_dir": "/etc/k0s/containerd.d",
+       "config_path": "/run/k0s/containerd.toml", "socket": "/run/k0s/containerd.sock"}
+AL2023 = {"kind": "containerd", "platform": "eks-al2023", "selected_by": "kubelet", "edit_mode": "none",
+          "edit_path": None, "config_path": "/etc/containerd/config.toml", "regenerated_by": "nodeadm",
+          "notes": ["nodeadm rewrites /etc/containerd/config.toml at every boot"]}
+K3S = {"kind": "containerd", "platform": "k3s", "selected_by": "kubelet", "edit_mode": "template",
+       "nvidia_autodetect": True, "edit_path": "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"}
+DOCKER = {"kind": "docker", "platform": "docker", "selected_by": "kubelet", "socket": "/var/run/cri-dockerd.sock"}
+
+
+def resolve(path, target, runtimes=None, allow=False):
+    action = ActionModule.__new__(ActionModule)
+    facts = {"target": target, "target_reason": "kubelet's endpoint",
+             "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
+    action._execute_module = lambda **kw: {"ansible_facts": {"gpu_node": facts}}
+    return action._resolve_target({"path": path, "allow_path_mismatch": allow}, {})
+
+
+def test_auto_mode_edits_the_instance_kubelet_uses():
+    assert resolve(None, SNAP) == (SNAP, SNAP["edit_path"])
+
+
+def test_k0s_gets_a_dropin_of_its_own():
+    assert resolve(None, K0S)[1] == "/etc/k0s/containerd.d/99-nvidia.toml"
+
+
+def test_explicit_path_in_the_targets_dropin_dir_is_not_a_mismatch():
+    path = SNAP["dropin_dir"] + "/99-nvidia.toml"
+    assert resolve(path, SNAP)[1] == path
+
+
+def test_explicit_path_of_another_instance_is_refused_naming_both():
+    with pytest.raises(ConfigError) as err:
+        resolve("/etc/containerd/config.toml", SNAP)
+    assert "/etc/containerd/config.toml" in str(err.value) and SNAP["config_path"] in str(err.value)
+    assert resolve("/etc/containerd/config.toml", SNAP, allow=True)[1] == "/etc/containerd/config.toml"
+
+
+def test_image_bake_without_runtime_uses_the_default_file():
+    assert resolve(None, None) == (None, "/etc/containerd/config.toml")
+
+
+def test_ambiguous_node_asks_for_a_path():
+    with pytest.raises(ConfigError, match="Set path explicitly"):
+        resolve(None, None, runtimes=[SNAP, K0S])
+
+
+def test_kubelet_on_docker_points_to_the_docker_module():
+    with pytest.raises(ConfigError, match="gpunode.nvidia.docker_runtime"):
+        resolve(None, DOCKER)
+
+
+@pytest.mark.parametrize("target,managed", [(AL2023, True), (K3S, True), (SNAP, False), (None, False)])
+def test_platforms_that_write_their_own_config_are_left_alone(target, managed):
+    assert _platform_writes_config(target) is managed
