@@ -1,8 +1,21 @@
 """Which file containerd_runtime edits, from discovery's answer (no node needed)."""
+import importlib
+
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime import ActionModule, _platform_writes_config
+from ansible.module_utils import _internal
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError
+
+
+@pytest.fixture(scope="module")
+def action():
+    """The action plugin module. Importing controller code flags the process as the controller, which
+    makes in-process module runs of other tests print their warnings instead of returning them: undo it."""
+    was_controller = _internal.is_controller
+    try:
+        yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
+    finally:
+        _internal.is_controller = was_controller
 
 SNAP = {"kind": "containerd", "platform": "k8s-snap", "selected_by": "kubelet", "edit_mode": "main",
         "socket": "/var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock",
@@ -20,48 +33,51 @@ K3S = {"kind": "containerd", "platform": "k3s", "selected_by": "kubelet", "edit_
 DOCKER = {"kind": "docker", "platform": "docker", "selected_by": "kubelet", "socket": "/var/run/cri-dockerd.sock"}
 
 
-def resolve(path, target, runtimes=None, allow=False):
-    action = ActionModule.__new__(ActionModule)
-    facts = {"target": target, "target_reason": "kubelet's endpoint",
-             "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
-    action._execute_module = lambda **kw: {"ansible_facts": {"gpu_node": facts}}
-    return action._resolve_target({"path": path, "allow_path_mismatch": allow}, {})
+@pytest.fixture
+def resolve(action):
+    def resolve_target(path, target, runtimes=None, allow=False):
+        plugin = action.ActionModule.__new__(action.ActionModule)
+        facts = {"target": target, "target_reason": "kubelet's endpoint",
+                 "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
+        plugin._execute_module = lambda **kw: {"ansible_facts": {"gpu_node": facts}}
+        return plugin._resolve_target({"path": path, "allow_path_mismatch": allow}, {})
+    return resolve_target
 
 
-def test_auto_mode_edits_the_instance_kubelet_uses():
+def test_auto_mode_edits_the_instance_kubelet_uses(resolve):
     assert resolve(None, SNAP) == (SNAP, SNAP["edit_path"])
 
 
-def test_k0s_gets_a_dropin_of_its_own():
+def test_k0s_gets_a_dropin_of_its_own(resolve):
     assert resolve(None, K0S)[1] == "/etc/k0s/containerd.d/99-nvidia.toml"
 
 
-def test_explicit_path_in_the_targets_dropin_dir_is_not_a_mismatch():
+def test_explicit_path_in_the_targets_dropin_dir_is_not_a_mismatch(resolve):
     path = SNAP["dropin_dir"] + "/99-nvidia.toml"
     assert resolve(path, SNAP)[1] == path
 
 
-def test_explicit_path_of_another_instance_is_refused_naming_both():
+def test_explicit_path_of_another_instance_is_refused_naming_both(resolve):
     with pytest.raises(ConfigError) as err:
         resolve("/etc/containerd/config.toml", SNAP)
     assert "/etc/containerd/config.toml" in str(err.value) and SNAP["config_path"] in str(err.value)
     assert resolve("/etc/containerd/config.toml", SNAP, allow=True)[1] == "/etc/containerd/config.toml"
 
 
-def test_image_bake_without_runtime_uses_the_default_file():
+def test_image_bake_without_runtime_uses_the_default_file(resolve):
     assert resolve(None, None) == (None, "/etc/containerd/config.toml")
 
 
-def test_ambiguous_node_asks_for_a_path():
+def test_ambiguous_node_asks_for_a_path(resolve):
     with pytest.raises(ConfigError, match="Set path explicitly"):
         resolve(None, None, runtimes=[SNAP, K0S])
 
 
-def test_kubelet_on_docker_points_to_the_docker_module():
+def test_kubelet_on_docker_points_to_the_docker_module(resolve):
     with pytest.raises(ConfigError, match="gpunode.nvidia.docker_runtime"):
         resolve(None, DOCKER)
 
 
 @pytest.mark.parametrize("target,managed", [(AL2023, True), (K3S, True), (SNAP, False), (None, False)])
-def test_platforms_that_write_their_own_config_are_left_alone(target, managed):
-    assert _platform_writes_config(target) is managed
+def test_platforms_that_write_their_own_config_are_left_alone(action, target, managed):
+    assert action._platform_writes_config(target) is managed
