@@ -142,6 +142,13 @@ def import_tarball_ctr(ctr, socket, tarball, timeout):
     return out
 
 
+def _refuse_pull_if_never(policy, image):
+    """The image is missing: stop when the pull policy forbids fetching it."""
+    if policy == "never":
+        raise WorkloadError("image", "image \"%s\" is not present with pull policy of Never: import it "
+                                     "(image_tarball) or allow pulling" % image)
+
+
 def ensure_image_cri(client, image, policy, tarball=None, ctr=None, check_mode=False, pull_timeout=600):
     """Make IMAGE available to the runtime per POLICY; return how: present, pulled, imported
     (or would-pull / would-import in check mode)."""
@@ -161,9 +168,7 @@ def ensure_image_cri(client, image, policy, tarball=None, ctr=None, check_mode=F
             raise WorkloadError("image", "the tarball %s did not hold image %s; ctr imported: %s" % (
                 tarball, image, out.strip() or "nothing"))
         return "imported"
-    if policy == "never":
-        raise WorkloadError("image", "image \"%s\" is not present with pull policy of Never: import it "
-                                     "(image_tarball) or allow pulling" % image)
+    _refuse_pull_if_never(policy, image)
     if check_mode:
         return "would-pull"
     try:
@@ -343,9 +348,7 @@ def ensure_image_docker(docker, image, policy, tarball=None, check_mode=False, p
             raise WorkloadError("image", "the tarball %s did not hold image %s; docker loaded: %s" % (
                 tarball, image, out.strip()))
         return "imported"
-    if policy == "never":
-        raise WorkloadError("image", "image \"%s\" is not present with pull policy of Never: import it "
-                                     "(image_tarball) or allow pulling" % image)
+    _refuse_pull_if_never(policy, image)
     if check_mode:
         return "would-pull"
     rc, out = docker.run(["pull", image], pull_timeout)
