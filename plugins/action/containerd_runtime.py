@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import posixpath
 
 from ansible.errors import AnsibleActionFail
@@ -19,7 +20,9 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
+    INHERITED_KEYS, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),
@@ -33,6 +36,7 @@ ARGUMENT_SPEC = dict(
     backup=dict(type="bool", default=False),
     allow_missing_binary=dict(type="bool", default=False),
     allow_path_mismatch=dict(type="bool", default=False),
+    drop_in=dict(type="path"),
 )
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
@@ -72,43 +76,69 @@ class ActionModule(ValidatedAction):
         dump = None
         if validate and current.get("command_rc") == 0:
             dump = effective.load_dump(current["command_stdout"])
-        plan = plan_runtime_edit(
-            current["content"], path, name=args["name"], binary=args["binary"],
-            set_as_default=args["set_as_default"], cdi=args["cdi"], state=args["state"],
-            containerd_version=current.get("binary_version"), effective=dump,
-        )
-        self._refuse_missing_default_binary(args, plan, current)
-        validated, effective_changes, warnings = self._guard(args, plan, current, dump, task_vars, dump_cmd)
-        backup_file = None
-        if plan.changed and not self._task.check_mode:
-            written = self._node(
-                task_vars, op="write", path=path, content=plan.text,
-                expected_sha256=current["sha256"], backup=args["backup"],
-            )
-            backup_file = written.get("backup_file")
+        globs = {}
+        files = imports_mod.resolve(path, current["content"], current.get("binary_version"),
+                                    lambda patterns: self._read_included(task_vars, path, patterns, globs),
+                                    root_sha256=current["sha256"])
+        _check_loaded_files(files, dump)
+        edit = plan_edit(args, files, current, dump)
+        self._refuse_missing_default_binary(args, edit.plan, current)
+        validated, effective_changes, warnings = self._guard(args, edit, files, globs, current, dump, task_vars,
+                                                             dump_cmd)
+        written = self._write(args, edit, files, current, task_vars)
         result = dict(
-            changed=plan.changed,
+            changed=edit.changed,
             path=path,
             target=_target_summary(target),
-            backup_file=backup_file,
-            created=plan.changed and not current["exists"],
-            config_version=plan.version,
-            cri_plugin=plan.cri_plugin,
-            runtime=mask_data(plan.runtime),
-            default_runtime=plan.default_runtime,
-            source_runtime=plan.source_runtime,
+            backup_file=written.get(path, {}).get("backup_file"),
+            created=path in edit.changes and not current["exists"],
+            config_version=edit.plan.version,
+            cri_plugin=edit.plan.cri_plugin,
+            runtime=mask_data(edit.runtime),
+            default_runtime=edit.default_runtime,
+            source_runtime=edit.plan.source_runtime,
+            defined_in=edit.defined_in,
+            files=[dict(path=p, created=text is not None and files.get(p) is None, removed=text is None,
+                        backup_file=written.get(p, {}).get("backup_file"))
+                   for p, text in edit.changes.items()],
+            loaded_files=files.paths(),
             validated=validated,
             effective_changes=effective_changes,
             containerd_version=current.get("binary_version"),
         )
+        warnings = edit.warnings + warnings
         if warnings:
             result["warnings"] = warnings
-        if plan.changed:
-            result["diff"] = dict(
-                before_header=path, after_header=path,
-                before=mask_text(plan.original), after=mask_text(plan.text),
-            )
+        if edit.changed:
+            result["diff"] = [
+                dict(before_header=p, after_header=p if text is not None else "%s (removed)" % p,
+                     before=mask_text(_text_of(files, p)), after=mask_text(text or ""))
+                for p, text in edit.changes.items()]
         return result
+
+    def _read_included(self, task_vars, path, patterns, globs):
+        """The node's copies of the files `patterns` name; glob answers are kept for the guard."""
+        included = self._node(task_vars, op="read", path=path, include=patterns)["included"]
+        for answer in included:
+            if "*" in answer["pattern"]:
+                globs[answer["pattern"]] = [item["path"] for item in answer["files"]]
+        return included
+
+    def _write(self, args, edit, files, current, task_vars):
+        """Write every changed file (imported files before the root that names them, removals last)."""
+        written = {}
+        if not edit.changed or self._task.check_mode:
+            return written
+        for path, text in edit.write_order(files.root.path):
+            known = files.get(path)
+            expected = known.sha256 if known is not None else ""
+            if text is None:
+                written[path] = self._node(task_vars, op="remove", path=path, expected_sha256=expected,
+                                           backup=args["backup"])
+            else:
+                written[path] = self._node(task_vars, op="write", path=path, content=text, expected_sha256=expected,
+                                           backup=args["backup"], mode=current.get("file_mode") or "0644")
+        return written
 
     def _resolve_target(self, args, task_vars):
         """(runtime instance kubelet uses or None, file to edit): incident I2 is why this exists."""
@@ -172,7 +202,7 @@ class ActionModule(ValidatedAction):
                 "if it is installed later in the same image bake." % (args["path"], args["name"], args["binary"])
             )
 
-    def _guard(self, args, plan, current, before, task_vars, dump_cmd):
+    def _guard(self, args, edit, files, globs, current, before, task_vars, dump_cmd):
         """Return (validated, effective_changes, warnings); raise when the edit would do harm."""
         if not args["validate"]:
             return False, [], []
@@ -182,37 +212,270 @@ class ActionModule(ValidatedAction):
         if current["command_rc"] != 0:
             raise ConfigError("%s: containerd cannot load the current file, so it cannot be edited safely: %s"
                               % (args["path"], current["command_stderr"].strip()))
-        if not plan.changed:
+        if not edit.changed:
             return True, [], []
-        candidate = self._node(task_vars, op="check", path=args["path"], content=plan.text, command=dump_cmd)
+        content, companions = candidate_files(edit, files, globs, current.get("binary_version"))
+        candidate = self._node(task_vars, op="check", path=args["path"], content=content, command=dump_cmd,
+                               companions=companions)
         if candidate["command_rc"] != 0:
             raise ConfigError(
-                "%s: containerd %s rejects the edited file, so nothing was written: %s"
-                % (args["path"], current.get("binary_version"), mask_text(candidate["command_stderr"].strip()))
+                "%s: containerd %s rejects the edited files, so nothing was written: %s"
+                % (", ".join(edit.changes), current.get("binary_version"),
+                   mask_text(candidate["command_stderr"].strip()))
             )
         after = effective.load_dump(candidate["command_stdout"])
-        intended, unintended = effective.compare(before, after, args["name"])
-        problems = effective.check_effect(after, plan, args["binary"], args["set_as_default"], args["state"])
+        intended, unintended = effective.compare(_without_imports(before), _without_imports(after), args["name"])
+        problems = effective.check_effect(after, edit.plan, args["binary"], args["set_as_default"], args["state"])
         if unintended or problems:
-            raise effective.GuardError(self._guard_message(args, unintended, problems))
+            raise effective.GuardError(self._guard_message(args, edit, files, unintended, problems))
         return True, intended, []
 
     @staticmethod
-    def _guard_message(args, unintended, problems):
+    def _guard_message(args, edit, files, unintended, problems):
         lines = ["%s: the edit would not do only what was asked in containerd's effective config "
-                 "(`containerd config dump`), so nothing was written." % args["path"]]
+                 "(`containerd config dump`), so nothing was written." % ", ".join(edit.changes)]
         if unintended:
             lines.append("Settings that would be lost or changed:")
             lines.extend("  - " + mask_text(item) for item in unintended[:40])
         if problems:
             lines.append("The change would not take effect:")
             lines.extend("  - " + item for item in problems)
-        lines.append(
-            "With containerd 1.x an imported file replaces the whole CRI plugin table of the main file. "
-            "Check `imports` in this file and the drop-ins it loads, then edit the file that holds the "
-            "CRI plugin table (or merge the drop-in into the main file)."
-        )
+        if args["drop_in"] and files.semantics.replaces_plugin_tables and args["state"] == "present":
+            lines.append(
+                "containerd 1.x lets an imported file REPLACE the whole CRI plugin table of the files read before "
+                "it, so a drop-in holding only the %r runtime would take sandbox_image, SystemdCgroup, runc and "
+                "registry settings away. This module does not copy the whole table into %s (later edits of %s "
+                "would then silently stop working). Leave drop_in unset to add the runtime to %s in place, or "
+                "upgrade to containerd 2.x, which merges drop-ins key by key."
+                % (args["name"], args["drop_in"], files.root.path, files.root.path))
+        else:
+            lines.append(
+                "With containerd 1.x an imported file replaces the whole CRI plugin table of the main file. "
+                "Check `imports` in this file and the drop-ins it loads, then edit the file that holds the "
+                "CRI plugin table (or merge the drop-in into the main file)."
+            )
         return "\n".join(lines)
+
+
+class Edit(object):
+    """What the task changes: path -> new text (None: remove the file), in planning order."""
+
+    def __init__(self, plan, defined_in, warnings):
+        self.plan = plan
+        self.defined_in = defined_in
+        self.warnings = warnings
+        self.changes = {}
+        self.order = []
+        self.runtime = plan.runtime
+        self.default_runtime = plan.default_runtime
+
+    def set(self, path, original, text):
+        if text == original:
+            return
+        if path not in self.changes:
+            self.order.append(path)
+        self.changes[path] = text
+
+    @property
+    def changed(self):
+        return bool(self.changes)
+
+    def write_order(self, root_path):
+        """Imported files first (the root never names a missing file), removals after the root."""
+        kept = [(p, self.changes[p]) for p in self.order if p != root_path and self.changes[p] is not None]
+        root = [(root_path, self.changes[root_path])] if root_path in self.changes else []
+        removed = [(p, None) for p in self.order if self.changes[p] is None]
+        return kept + root + removed
+
+
+def plan_edit(args, files, current, dump):
+    """Which files change and how: the runtime is edited where containerd reads it."""
+    if args["drop_in"]:
+        _check_drop_in(args, files, current)
+    if args["state"] == "present":
+        return _plan_present(args, files, dump)
+    return _plan_absent(args, files, dump)
+
+
+def _check_drop_in(args, files, current):
+    if args["drop_in"] == files.root.path:
+        raise ConfigError("drop_in %s is the root config file itself; give a separate file (for example "
+                          "%s)." % (args["drop_in"], posixpath.join(posixpath.dirname(files.root.path), "conf.d",
+                                                                     DROPIN_NAME)))
+    if args["state"] == "present" and not current["exists"]:
+        raise ConfigError("%s does not exist, so nothing would import drop_in %s. Create the root config first "
+                          "(or leave drop_in unset)." % (files.root.path, args["drop_in"]))
+
+
+def _plan_kwargs(args, files, dump):
+    return dict(name=args["name"], binary=args["binary"], set_as_default=args["set_as_default"], cdi=args["cdi"],
+                state=args["state"], containerd_version=files.containerd_version, effective=dump)
+
+
+def _plan_present(args, files, dump):
+    name, root = args["name"], files.root
+    defined = files.defined_in(name)
+    warnings = _version_warnings(files)
+    if defined is not None:
+        target_path = defined.path
+        if args["drop_in"] and defined.path != args["drop_in"]:
+            warnings.append("drop_in %s was not used: runtime %r is already defined in %s, which was updated "
+                            "instead (a second definition would shadow the first). To move it, remove it first "
+                            "(state: absent without drop_in)." % (args["drop_in"], name, defined.path))
+    elif args["drop_in"]:
+        target_path = args["drop_in"]
+    elif files.semantics.replaces_plugin_tables and files.effective_cri_file() not in (None, root):
+        target_path = files.effective_cri_file().path  # containerd 1.x reads only that file's CRI table
+    else:
+        target_path = root.path
+    for ignored in files.ignored_definitions(name):
+        if ignored.path != target_path:
+            warnings.append("%s also defines runtime %r, but containerd 1.x ignores it: %s, loaded later, replaces "
+                            "its whole CRI plugin table." % (ignored.path, name, files.effective_cri_file().path))
+    target = files.get(target_path)
+    _refuse_version_mismatch(files, target_path, target)
+    original = target.text if target is not None else None
+    text = original if original is not None else _new_drop_in(root)
+    plan = plan_runtime_edit(text, target_path, **_plan_kwargs(args, files, dump))
+    text = plan.text
+    if target_path != root.path and not files.semantics.replaces_plugin_tables:
+        text = _inherit_from_merged(text, plan, files, name, target_path)
+    edit = Edit(plan, target_path, warnings)
+    edit.set(target_path, original, text)
+    data = parse(text, target_path)
+    edit.runtime = get_path(data, plan.cri_path + ("containerd", "runtimes", name))
+    if target is None and not files.covers(target_path):
+        edit.set(root.path, root.text, imports_mod.add_import(root.text, target_path, root.path))
+    return edit
+
+
+def _plan_absent(args, files, dump):
+    name, root = args["name"], files.root
+    warnings = _version_warnings(files)
+    definitions = files.definitions(name) or [root]
+    edit = None
+    for config in definitions:
+        if config is not root:
+            _refuse_version_mismatch(files, config.path, config)
+        plan = plan_runtime_edit(config.text, config.path, **_plan_kwargs(args, files, dump))
+        if edit is None:
+            edit = Edit(plan, None, warnings)
+        edit.plan = plan
+        edit.runtime, edit.default_runtime = None, plan.default_runtime
+        edit.set(config.path, config.text, plan.text)
+    drop_in = files.get(args["drop_in"]) if args["drop_in"] else None
+    if drop_in is not None and _holds_nothing_else(files, drop_in, edit.changes.get(drop_in.path, drop_in.text)):
+        edit.set(drop_in.path, drop_in.text, None)
+        edit.set(root.path, root.text, imports_mod.remove_import(edit.changes.get(root.path, root.text),
+                                                                 drop_in.path, root.path))
+    return edit
+
+
+def _new_drop_in(root):
+    """A new drop-in: same `version` as the root file (containerd 2.3.0-2.3.4 refuse a higher one)."""
+    return ("# The container runtime added by gpunode.nvidia.containerd_runtime, imported by %s.\n"
+            "version = %d\n" % (root.path, root.version))
+
+
+def _refuse_version_mismatch(files, path, config):
+    root_version = files.root.version
+    if config is None or config is files.root or config.version == root_version:
+        return
+    reason = ""
+    if config.version > root_version:
+        reason = (" containerd 2.3.0 to 2.3.4 refuse to start when an imported file has a higher version than the "
+                  "root file.")
+    raise ConfigError(
+        "%s: refusing to edit this imported file: its `version = %s` differs from the root file %s "
+        "(`version = %s`), and this module never writes a drop-in whose version differs from the root's.%s "
+        "Migrate the two files to the same version (`containerd config migrate` prints a file in the newest "
+        "version), or merge the drop-in into %s, and run again. The files were left unchanged."
+        % (path, config.version, files.root.path, root_version, reason, files.root.path))
+
+
+def _version_warnings(files):
+    return ["%s has `version = %s`, higher than the root file %s (`version = %s`): containerd 2.3.0 to 2.3.4 "
+            "refuse to start with it. Give both files the same version." % (config.path, version, files.root.path,
+                                                                          files.root.version)
+            for config, version in files.version_conflicts() if version > files.root.version]
+
+
+def _inherit_from_merged(text, plan, files, name, path):
+    """containerd 2.x, runtime in a drop-in: share SystemdCgroup & co with the runtime pods use,
+    wherever that one is defined (the drop-in alone does not hold it)."""
+    merged = files.merged_runtimes()
+    default = files.default_set_in()
+    source_name = pick_source_runtime(merged, default.default_runtime() if default else "runc", name)
+    if source_name is None:
+        return text
+    plan.source_runtime = source_name
+    runtime_path = plan.cri_path + ("containerd", "runtimes", name)
+    for key in INHERITED_KEYS:
+        value = get_path(merged[source_name], key)
+        if value is not None and get_path(parse(text, path), runtime_path + key) != value:
+            text = set_value(text, runtime_path + key, value)
+    return text
+
+
+def _holds_nothing_else(files, drop_in, text):
+    """Whether a drop-in, once the runtime is gone, sets nothing the other files do not already set."""
+    data = parse(text, drop_in.path)
+    data.pop("version", None)
+    others = [config for config in files.files if config is not drop_in]
+    merged = {}
+    for config in others:
+        merged = imports_mod._deep_merge(merged, config.data)
+    for key, value in effective.flatten(data).items():
+        if value == {}:
+            continue
+        if get_path(merged, key) != value and not (key[-1] == "default_runtime_name" and value == "runc"
+                                                   and get_path(merged, key) is None):
+            return False
+    return True
+
+
+def candidate_files(edit, files, globs, containerd_version):
+    """(root text, companions) for the guard: the root's imports list every file of the edited state in
+    containerd's order; changed files (and files with imports of their own, their imports emptied: the root's
+    list already holds what they import, in order) become companions in the node's private directory."""
+    contents = dict((config.path, config.text) for config in files.files)
+    contents.update(edit.changes)
+    if len(files.files) == 1 and set(edit.changes) <= set([files.root.path]):
+        return contents[files.root.path], []
+    candidate = imports_mod.from_contents(files.root.path, contents, containerd_version, globs)
+    entries, companions = [], []
+    for index, config in enumerate(candidate.files[1:]):
+        if config.path in edit.changes or config.imports():
+            name = "%02d-%s" % (index, posixpath.basename(config.path))
+            companions.append(dict(name=name, path=config.path,
+                                   content=imports_mod.replace_imports(config.text, [], config.path)))
+            entries.append(name)
+        else:
+            entries.append(config.path)
+    return imports_mod.replace_imports(candidate.root.text, entries, files.root.path), companions
+
+
+def _check_loaded_files(files, dump):
+    """containerd 1.x lists the files it loaded in `config dump`: they must be the ones resolved here."""
+    if dump is None or not files.semantics.replaces_plugin_tables or not isinstance(dump.get("imports"), list):
+        return
+    if sorted(dump["imports"]) != sorted(files.paths()):
+        raise ConfigError(
+            "%s: containerd loads %s, but this module found %s; it edits only what it can see exactly, so nothing "
+            "was written. Please report this with the files attached." % (files.root.path, sorted(dump["imports"]),
+                                                                          sorted(files.paths())))
+
+
+def _without_imports(dump):
+    """The effective config minus the informational list of files (it changes with a drop-in)."""
+    dump = copy.copy(dump)
+    dump.pop("imports", None)
+    return dump
+
+
+def _text_of(files, path):
+    config = files.get(path)
+    return config.text if config is not None else ""
 
 
 def _platform_writes_config(target):

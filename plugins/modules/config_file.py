@@ -19,6 +19,12 @@ description:
     command run on it (for example C(containerd --config %s config dump)).
   - C(op=check) writes a candidate into a temporary file beside O(path), runs O(command) on it and
     removes it; the node's real file is never touched.
+  - C(op=read) with O(include) also returns the files that a containerd C(imports) list names
+    (entries resolved by the caller to absolute paths or patterns; expanded as containerd does).
+  - C(op=check) with O(companions) writes the candidate and its companion files into a private
+    temporary directory instead (the caller points the candidate's imports at them), runs O(command)
+    and removes the directory.
+  - C(op=remove) deletes O(path) (with the same O(expected_sha256) and O(backup) rules as a write).
   - C(op=write) replaces O(path) atomically (temp file in the same directory, fsync, rename),
     keeping owner, mode and SELinux context, optionally with a backup; it refuses to write when the
     file changed since it was read (O(expected_sha256)).
@@ -33,7 +39,7 @@ options:
   op:
     description: What to do.
     type: str
-    choices: [read, check, write]
+    choices: [read, check, write, remove]
     default: read
   content:
     description: The candidate text for O(op=check) and O(op=write).
@@ -48,6 +54,23 @@ options:
   binary:
     description: An executable to locate and report the C(--version) of (for example C(containerd)).
     type: str
+  include:
+    description:
+      - With O(op=read), files to return beside O(path), as C(included), in the order given.
+      - An entry containing C(*) is expanded as containerd expands an import (Go's C(filepath.Glob):
+        C(*) also matches names starting with a dot, results sorted per directory); any other entry
+        is one file, reported with C(exists=false) when missing.
+    type: list
+    elements: str
+    default: []
+  companions:
+    description:
+      - With O(op=check), extra files written into the same private temporary directory as the
+        candidate, each C({name, path, content}); C(name) is the file name there, C(path) the real
+        file it stands for (its name replaces the temporary one in the command's output).
+    type: list
+    elements: dict
+    default: []
   exists:
     description: Paths whose existence to report (for example the runtime binary a config points at).
     type: list
@@ -69,7 +92,8 @@ options:
 attributes:
   check_mode:
     support: partial
-    details: O(op=read) and O(op=check) change nothing and run in check mode; O(op=write) reports and skips.
+    details: O(op=read) and O(op=check) change nothing and run in check mode; O(op=write) and O(op=remove)
+      report and skip.
   diff_mode:
     support: none
     details: The calling action plugin builds the diff, with credentials masked.
@@ -117,6 +141,17 @@ binary_version:
   description: First line of C(O(binary) --version), or null.
   returned: when O(binary) was given
   type: str
+file_mode:
+  description: Permission bits of O(path) in octal (for example C(0600)), or null when missing.
+  returned: always
+  type: str
+included:
+  description:
+    - For each entry of O(include), in order, C({pattern, files}); C(files) lists C({path, exists,
+      content, sha256}) in containerd's order.
+  returned: when O(include) was given
+  type: list
+  elements: dict
 paths:
   description: For each of O(exists), whether it exists (a bare name is looked up on C(PATH)).
   returned: always
@@ -128,10 +163,13 @@ backup_file:
 """
 
 import os
+import shutil
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     atomic_write,
     read_bytes,
@@ -153,12 +191,12 @@ def run_on(module, command, target, shown_as):
     if binary is None:
         return {"command_rc": 127, "command_stdout": "", "command_stderr": "%s: not found" % command[0]}
     argv = [binary] + [arg.replace("%s", target) for arg in command[1:]]
-    rc, out, err = module.run_command(argv)
-    return {
-        "command_rc": rc,
-        "command_stdout": out.replace(target, shown_as),
-        "command_stderr": err.replace(target, shown_as),
-    }
+    # From `/`, as a service runs: containerd 1.6 expands a relative import glob from its working directory.
+    rc, out, err = module.run_command(argv, cwd="/")
+    renames = shown_as if isinstance(shown_as, list) else [(target, shown_as)]
+    for temp, real in renames:
+        out, err = out.replace(temp, real), err.replace(temp, real)
+    return {"command_rc": rc, "command_stdout": out, "command_stderr": err}
 
 
 def run_on_content(module, command, path, data):
@@ -167,6 +205,58 @@ def run_on_content(module, command, path, data):
         return run_on(module, command, tmp, path)
     finally:
         os.unlink(tmp)
+
+
+def run_with_companions(module, command, path, data, companions):
+    """Candidate and companions in a private directory (beyond any glob of the real config), then the command."""
+    directory = tempfile.mkdtemp(prefix="gpunode-config-check-")
+    try:
+        candidate = os.path.join(directory, os.path.basename(path))
+        renames = []
+        for companion in companions:
+            name = os.path.basename(companion["name"])
+            if name != companion["name"] or name == os.path.basename(path):
+                module.fail_json(msg="companion name %r must be a plain file name other than %s"
+                                 % (companion["name"], os.path.basename(path)))
+            _write_plain(os.path.join(directory, name), to_bytes(companion["content"]))
+            renames.append((os.path.join(directory, name), companion["path"]))
+        _write_plain(candidate, data)
+        return run_on(module, command, candidate, renames + [(candidate, path)])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _write_plain(path, data):
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def read_included(patterns):
+    """[{pattern, files}] for op=read's include: containerd's rule, `*` means a glob."""
+    included = []
+    for pattern in patterns:
+        try:
+            paths = goglob.glob(pattern) if "*" in pattern else [pattern]
+        except goglob.BadPattern as exc:
+            included.append({"pattern": pattern, "files": [], "error": str(exc)})
+            continue
+        files = []
+        for name in paths:
+            data = read_bytes(name) if not os.path.isdir(name) else None
+            files.append({
+                "path": name, "exists": data is not None,
+                "content": to_text(data or b"", errors="surrogate_or_strict"),
+                "sha256": sha256_bytes(data) if data is not None else "",
+            })
+        included.append({"pattern": pattern, "files": files})
+    return included
+
+
+def file_mode(path):
+    try:
+        return "%04o" % (os.stat(path).st_mode & 0o7777)
+    except OSError:
+        return None
 
 
 def binary_facts(module, name):
@@ -187,10 +277,12 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            op=dict(type="str", choices=["read", "check", "write"], default="read"),
+            op=dict(type="str", choices=["read", "check", "write", "remove"], default="read"),
             content=dict(type="str"),
             command=dict(type="list", elements="str"),
             binary=dict(type="str"),
+            include=dict(type="list", elements="str", default=[]),
+            companions=dict(type="list", elements="dict", default=[]),
             exists=dict(type="list", elements="str", default=[]),
             expected_sha256=dict(type="str", no_log=False),
             backup=dict(type="bool", default=False),
@@ -209,6 +301,7 @@ def main():
         "exists": current is not None,
         "sha256": sha256_bytes(current) if current is not None else "",
         "paths": dict((p, path_exists(module, p)) for p in params["exists"]),
+        "file_mode": file_mode(path),
     }
     if params["binary"]:
         result.update(binary_facts(module, params["binary"]))
@@ -220,8 +313,15 @@ def main():
                 result.update(run_on_content(module, params["command"], path, b""))
             else:
                 result.update(run_on(module, params["command"], path, path))
+        if params["include"]:
+            result["included"] = read_included(params["include"])
+    elif params["op"] == "check" and params["companions"]:
+        result.update(run_with_companions(module, params["command"], path, to_bytes(params["content"]),
+                                          params["companions"]))
     elif params["op"] == "check":
         result.update(run_on_content(module, params["command"], path, to_bytes(params["content"])))
+    elif params["op"] == "remove":
+        remove(module, params, current, result)
     else:
         write(module, params, current, result)
     module.exit_json(**result)
@@ -245,6 +345,23 @@ def write(module, params, current, result):
     if backup_file:
         result["backup_file"] = backup_file
     result["sha256"] = sha256_bytes(data)
+
+
+def remove(module, params, current, result):
+    expected = params["expected_sha256"]
+    if expected is not None and expected != result["sha256"]:
+        module.fail_json(
+            msg="%s changed on the node while this task was preparing its edit; nothing was removed. "
+                "Run again." % params["path"], **result)
+    if current is None:
+        return
+    result["changed"] = True
+    if module.check_mode:
+        return
+    if params["backup"]:
+        result["backup_file"] = module.backup_local(params["path"])
+    os.unlink(params["path"])
+    result["sha256"] = ""
 
 
 if __name__ == "__main__":
