@@ -82,6 +82,7 @@ class ActionModule(ValidatedAction):
                                     root_sha256=current["sha256"])
         _check_loaded_files(files, dump)
         edit = plan_edit(args, files, current, dump)
+        _refuse_unchecked_drop_in(args, edit, files, current)
         self._refuse_missing_default_binary(args, edit.plan, current)
         validated, effective_changes, warnings = self._guard(args, edit, files, globs, current, dump, task_vars,
                                                              dump_cmd)
@@ -394,7 +395,7 @@ def _refuse_version_mismatch(files, path, config):
 
 
 def _version_warnings(files):
-    return ["%s has `version = %s`, higher than the root file %s (`version = %s`): containerd 2.3.0 to 2.3.4 "
+    return _hidden_settings_warning(files) + ["%s has `version = %s`, higher than the root file %s (`version = %s`): containerd 2.3.0 to 2.3.4 "
             "refuse to start with it. Give both files the same version." % (config.path, version, files.root.path,
                                                                           files.root.version)
             for config, version in files.version_conflicts() if version > files.root.version]
@@ -453,6 +454,48 @@ def candidate_files(edit, files, globs, containerd_version):
         else:
             entries.append(config.path)
     return imports_mod.replace_imports(candidate.root.text, entries, files.root.path), companions
+
+
+def _refuse_unchecked_drop_in(args, edit, files, current):
+    """Without the guard, a new runtime-only drop-in is written only where containerd is known to merge it."""
+    guarded = args["validate"] and current.get("binary_path")
+    if (args["drop_in"] and args["drop_in"] in edit.changes and args["state"] == "present" and not guarded
+            and files.semantics.replaces_plugin_tables):
+        raise ConfigError(
+            "drop_in %s: containerd %s is not known to be 2.x and the effective-config guard cannot run here, "
+            "so this module cannot prove the drop-in is safe: containerd 1.x lets an imported file replace the "
+            "whole CRI plugin table (sandbox_image, SystemdCgroup, runc and registry settings would be lost). "
+            "Leave drop_in unset, or run with containerd installed and validate: true."
+            % (args["drop_in"], current.get("binary_version") or "(not found)"))
+
+
+def hidden_settings(files):
+    """containerd 1.x: dotted CRI keys of earlier files that a later file's CRI table hides."""
+    effective_file = files.effective_cri_file()
+    if not files.semantics.replaces_plugin_tables or effective_file in (None, files.root):
+        return []
+    shown = effective.flatten(effective_file.data.get("plugins", {}))
+    hidden = set()
+    for config in files.files[:files.index(effective_file.path)]:
+        for key, value in effective.flatten(dict((p, t) for p, t in (config.data.get("plugins") or {}).items()
+                                                 if p in imports_mod.CRI_1X_PLUGINS)).items():
+            if shown.get(key, _ABSENT) != value:
+                hidden.add(effective.dotted(("plugins",) + key))
+    return sorted(hidden)
+
+
+_ABSENT = object()
+
+
+def _hidden_settings_warning(files):
+    hidden = hidden_settings(files)
+    if not hidden:
+        return []
+    return ["containerd 1.x reads the CRI plugin table only from %s (a later import replaces the whole table), so "
+            "these settings of earlier files have no effect: %s%s. Copy them into %s or remove that file's CRI "
+            "table." % (files.effective_cri_file().path, ", ".join(hidden[:10]),
+                        " and %d more" % (len(hidden) - 10) if len(hidden) > 10 else "",
+                        files.effective_cri_file().path)]
 
 
 def _check_loaded_files(files, dump):

@@ -52,6 +52,9 @@ class Semantics(object):
         self.missing_file_is_fatal = self.major is None or self.major < 2
         self.glob_from_cwd = self.major == 1 and self.minor < 7
 
+    def name(self):
+        return "%d.%d" % (self.major, self.minor) if self.minor is not None else "1.x"
+
     def absolute(self, entry, importer):
         """The absolute path or pattern an `imports` entry stands for."""
         if "*" in entry and self.glob_from_cwd:
@@ -235,7 +238,7 @@ def resolve(root_path, root_text, containerd_version, read, root_sha256=""):
                         raise ConfigError(
                             "%s: imports entry %r names %s, which does not exist: containerd %s fails to start "
                             "with this file. Create the file or remove the entry, and run again. The files were "
-                            "left unchanged." % (importer.path, entry, item["path"], containerd_version or "1.x"))
+                            "left unchanged." % (importer.path, entry, item["path"], semantics.name()))
                     missing.append(item["path"])
                     continue
                 loaded.add(item["path"])
