@@ -343,6 +343,8 @@ def _plan_present(args, files, dump):
         text = _inherit_from_merged(text, plan, files, name, target_path)
     edit = Edit(plan, target_path, warnings)
     edit.set(target_path, original, text)
+    if args["set_as_default"]:
+        _set_default_where_read(edit, files, target_path, name)
     data = parse(text, target_path)
     edit.runtime = get_path(data, plan.cri_path + ("containerd", "runtimes", name))
     if target is None and not files.covers(target_path):
@@ -364,12 +366,28 @@ def _plan_absent(args, files, dump):
         edit.plan = plan
         edit.runtime, edit.default_runtime = None, plan.default_runtime
         edit.set(config.path, config.text, plan.text)
+    for config in files.files:
+        if config.default_runtime() == name and config.runtime(name) is None:
+            fallback = pick_source_runtime(files.merged_runtimes(), "runc", name) or "runc"
+            edit.set(config.path, config.text, set_value(config.text, config.default_runtime_path(), fallback))
+            edit.default_runtime = fallback
     drop_in = files.get(args["drop_in"]) if args["drop_in"] else None
     if drop_in is not None and _holds_nothing_else(files, drop_in, edit.changes.get(drop_in.path, drop_in.text)):
         edit.set(drop_in.path, drop_in.text, None)
         edit.set(root.path, root.text, imports_mod.remove_import(edit.changes.get(root.path, root.text),
                                                                  drop_in.path, root.path))
     return edit
+
+
+def _set_default_where_read(edit, files, target_path, name):
+    """containerd 2.x reads default_runtime_name from the last file that sets it: change it there too."""
+    setter = files.default_set_in()
+    if (setter is None or setter.path == target_path or files.semantics.replaces_plugin_tables
+            or files.get(target_path) is None or files.index(setter.path) < files.index(target_path)):
+        return
+    _refuse_version_mismatch(files, setter.path, setter)
+    edit.set(setter.path, setter.text, set_value(setter.text, setter.default_runtime_path(), name))
+    edit.default_runtime = name
 
 
 def _new_drop_in(root):

@@ -98,10 +98,15 @@ class ConfigFile(object):
         return None
 
     def default_runtime(self):
+        path = self.default_runtime_path()
+        return get_path(self.data, path) if path else None
+
+    def default_runtime_path(self):
+        """The dotted path of this file's default_runtime_name, or None."""
         for plugin in CRI_DUMP_PLUGINS:
-            value = get_path(self.data, ("plugins", plugin, "containerd", "default_runtime_name"))
-            if value is not None:
-                return value
+            path = ("plugins", plugin, "containerd", "default_runtime_name")
+            if get_path(self.data, path) is not None:
+                return path
         return None
 
     def has_1x_cri_table(self):

@@ -81,3 +81,146 @@ def test_kubelet_on_docker_points_to_the_docker_module(resolve):
 @pytest.mark.parametrize("target,managed", [(AL2023, True), (K3S, True), (SNAP, False), (None, False)])
 def test_platforms_that_write_their_own_config_are_left_alone(action, target, managed):
     assert action._platform_writes_config(target) is managed
+
+
+# ---------------------------------------------------------------- drop-ins: where the runtime is edited
+
+ROOT = "/etc/containerd/config.toml"
+NVIDIA_FILE = "/etc/containerd/conf.d/99-nvidia.toml"
+V2 = 'plugins."io.containerd.grpc.v1.cri"'
+MAIN = """# kubeadm node
+version = 2
+imports = ["/etc/containerd/conf.d/*.toml"]
+
+[%(p)s]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [%(p)s.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [%(p)s.containerd.runtimes.runc.options]
+      SystemdCgroup = true
+""" % {"p": V2}
+# As NVIDIA's toolkit >= 1.18 writes it: the whole CRI table and its runtime.
+NVIDIA = """version = 2
+
+[%(p)s]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [%(p)s.containerd]
+    default_runtime_name = "nvidia"
+    [%(p)s.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [%(p)s.containerd.runtimes.runc.options]
+        SystemdCgroup = true
+    [%(p)s.containerd.runtimes.nvidia]
+      runtime_type = "io.containerd.runc.v2"
+      [%(p)s.containerd.runtimes.nvidia.options]
+        BinaryName = "/usr/bin/nvidia-container-runtime"
+""" % {"p": V2}
+CTRD_17 = "containerd github.com/containerd/containerd 1.7.24"
+CTRD_21 = "containerd github.com/containerd/containerd/v2 2.1.9"
+
+
+def edit_args(**overrides):
+    args = dict(name="nvidia", binary="/opt/nvidia/bin/nvidia-container-runtime", set_as_default=False, cdi=False,
+                state="present", drop_in=None, validate=True)
+    args.update(overrides)
+    return args
+
+
+def planned(action, contents, version, **overrides):
+    from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
+    files = containerd_imports.from_contents(ROOT, contents, version, {})
+    return files, action.plan_edit(edit_args(**overrides), files, {"exists": True}, None)
+
+
+@pytest.mark.parametrize("version", [CTRD_17, CTRD_21])
+def test_nvidia_dropin_is_updated_in_place_not_duplicated(action, version):
+    files, edit = planned(action, {ROOT: MAIN, NVIDIA_FILE: NVIDIA}, version)
+    assert list(edit.changes) == [NVIDIA_FILE] and edit.defined_in == NVIDIA_FILE
+    assert '/opt/nvidia/bin/nvidia-container-runtime' in edit.changes[NVIDIA_FILE]
+    assert edit.changes[NVIDIA_FILE].count("runtimes.nvidia]") == 1
+
+
+def test_1x_settings_hidden_by_a_dropin_are_named(action):
+    main = MAIN.replace('sandbox_image = "registry.k8s.io/pause:3.9"', 'sandbox_image = "mirror.local/pause:3.9"')
+    files, edit = planned(action, {ROOT: main, NVIDIA_FILE: NVIDIA}, CTRD_17)
+    assert action.hidden_settings(files) == ['plugins."io.containerd.grpc.v1.cri".sandbox_image']
+    assert any("have no effect" in w and "sandbox_image" in w and "mirror.local" not in w for w in edit.warnings)
+
+
+def test_default_set_by_a_later_dropin_is_changed_there(action):
+    dropin = 'version = 2\n[%s.containerd]\n  default_runtime_name = "runc"\n' % V2
+    main = MAIN + '    [%s.containerd.runtimes.nvidia]\n      runtime_type = "io.containerd.runc.v2"\n' % V2
+    files, edit = planned(action, {ROOT: main, "/etc/containerd/conf.d/50-default.toml": dropin}, CTRD_21,
+                          set_as_default=True)
+    # 2.x: the runtime stays where it is defined; the default must change where containerd reads it last.
+    assert edit.defined_in == ROOT
+    assert 'default_runtime_name = "nvidia"' in edit.changes["/etc/containerd/conf.d/50-default.toml"]
+
+
+def test_new_dropin_has_the_root_version_and_inherits_systemd_cgroup(action):
+    main = MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
+    dropin = "/etc/containerd/gpu/50-nvidia.toml"
+    files, edit = planned(action, {ROOT: main}, CTRD_21, drop_in=dropin)
+    assert edit.order == [dropin, ROOT]
+    written = edit.changes[dropin]
+    assert "version = 2\n" in written  # the root's version, although containerd 2.1 writes 3
+    assert edit.runtime["options"] == {"BinaryName": "/opt/nvidia/bin/nvidia-container-runtime", "SystemdCgroup": True}
+    assert edit.changes[ROOT] == main.replace("version = 2\n", 'version = 2\nimports = ["%s"]\n' % dropin)
+    assert edit.write_order(ROOT) == [(dropin, written), (ROOT, edit.changes[ROOT])]
+
+
+def test_dropin_under_an_existing_glob_needs_no_import_line(action):
+    files, edit = planned(action, {ROOT: MAIN}, CTRD_21, drop_in="/etc/containerd/conf.d/50-nvidia.toml")
+    assert list(edit.changes) == ["/etc/containerd/conf.d/50-nvidia.toml"]
+
+
+def test_absent_with_dropin_removes_file_and_import_line(action):
+    main = MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
+    dropin = "/etc/containerd/gpu/50-nvidia.toml"
+    _files, added = planned(action, {ROOT: main}, CTRD_21, drop_in=dropin, set_as_default=True)
+    state = {ROOT: added.changes[ROOT], dropin: added.changes[dropin]}
+    files, removed = planned(action, state, CTRD_21, drop_in=dropin, state="absent")
+    assert removed.changes == {dropin: None, ROOT: main}
+    assert removed.write_order(ROOT) == [(ROOT, main), (dropin, None)]
+
+
+def test_absent_keeps_a_dropin_that_holds_other_settings(action):
+    dropin = "/etc/containerd/conf.d/50-nvidia.toml"
+    text = ('version = 2\n[debug]\n  level = "debug"\n[%s.containerd.runtimes.nvidia]\n'
+            '  runtime_type = "io.containerd.runc.v2"\n' % V2)
+    files, edit = planned(action, {ROOT: MAIN, dropin: text}, CTRD_21, drop_in=dropin, state="absent")
+    assert edit.changes == {dropin: 'version = 2\n[debug]\n  level = "debug"\n'}
+
+
+@pytest.mark.parametrize("dropin_version,reason", [(3, "2.3.0 to 2.3.4 refuse to start"), (1, "")])
+def test_dropin_with_another_version_is_never_written(action, dropin_version, reason):
+    text = NVIDIA.replace("version = 2\n", "version = %d\n" % dropin_version if dropin_version > 1 else "")
+    with pytest.raises(ConfigError) as err:
+        planned(action, {ROOT: MAIN, NVIDIA_FILE: text}, CTRD_21)
+    assert "never writes a drop-in whose version differs" in str(err.value) and reason in str(err.value)
+
+
+def test_higher_version_dropin_elsewhere_is_warned_about(action):
+    other = "/etc/containerd/conf.d/10-v3.toml"
+    files, edit = planned(action, {ROOT: MAIN, other: "version = 3\n"}, CTRD_21)
+    assert edit.defined_in == ROOT
+    assert any("2.3.0 to 2.3.4" in w and other in w for w in edit.warnings)
+
+
+def test_dropin_must_not_be_the_root(action):
+    with pytest.raises(ConfigError, match="is the root config file itself"):
+        planned(action, {ROOT: MAIN}, CTRD_21, drop_in=ROOT)
+
+
+def test_guard_copy_lists_every_file_in_order(action):
+    nested = "/etc/containerd/conf.d/50-nested.toml"
+    contents = {ROOT: MAIN, NVIDIA_FILE: NVIDIA, nested: 'version = 2\nimports = ["/etc/containerd/extra.toml"]\n',
+                "/etc/containerd/extra.toml": "version = 2\n"}
+    files, edit = planned(action, contents, CTRD_21)
+    root_text, companions = action.candidate_files(edit, files, {"/etc/containerd/conf.d/*.toml": [nested, NVIDIA_FILE]},
+                                                   CTRD_21)
+    assert 'imports = ["00-50-nested.toml", "01-99-nvidia.toml", "/etc/containerd/extra.toml"]' in root_text
+    assert [(c["name"], c["path"]) for c in companions] == [("00-50-nested.toml", nested),
+                                                             ("01-99-nvidia.toml", NVIDIA_FILE)]
+    assert "imports = []" in companions[0]["content"]
+    assert companions[1]["content"] == edit.changes[NVIDIA_FILE]
