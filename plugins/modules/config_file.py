@@ -57,7 +57,7 @@ options:
   include:
     description:
       - With O(op=read), files to return beside O(path), as C(included), in the order given.
-      - An entry containing C(*) is expanded as containerd expands an import (Go's C(filepath.Glob):
+      - An entry containing C(*) is expanded as containerd expands an import (Go's C(filepath.Glob), where
         C(*) also matches names starting with a dot, results sorted per directory); any other entry
         is one file, reported with C(exists=false) when missing.
     type: list

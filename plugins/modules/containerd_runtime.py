@@ -19,6 +19,12 @@ description:
     unless that is itself an nvidia runtime, else C(runc), else C(crun)), including C(SystemdCgroup),
     C(runtime_type) and C(privileged_without_host_devices), then sets C(options.BinaryName). An existing
     runtime of that name is updated, not duplicated.
+  - B(Drop-ins.) The files the config C(imports) are resolved and read as containerd of the installed
+    version does (globs, relative paths, breadth-first order, later files winning; containerd 1.x letting
+    an imported CRI table replace the whole table). An existing runtime is updated in the file whose
+    definition containerd uses (for example NVIDIA's C(conf.d/99-nvidia.toml)), never defined a second
+    time; C(default_runtime_name) is changed where containerd reads it last. The file is returned as
+    RV(defined_in). Imported files whose C(version) differs from the root file's are never written.
   - Config versions 1, 2, 3 and 4. A missing or empty file gets version 3 for containerd 2.x and
     version 2 otherwise (containerd 1.x and 2.x both read version 2).
   - B(Effective-config guard.) Before writing, C(containerd --config OLD config dump) and
@@ -43,6 +49,20 @@ options:
         toolkit, EKS AL2023's nodeadm) are reported and left alone.
       - Set, it wins; but when kubelet uses another containerd the task fails, naming both files (incident
         I2), unless O(allow_path_mismatch=true).
+    type: path
+  drop_in:
+    description:
+      - Put the runtime in a file of its own (for example C(/etc/containerd/conf.d/50-nvidia.toml)) and add
+        it to the root file's C(imports), edited in place, unless a glob there already covers it. The new
+        file gets the root file's C(version) and mode, and the runtime inherits C(SystemdCgroup) and
+        C(runtime_type) from the runtime pods use, wherever that one is defined.
+      - Not used (with a warning) when the runtime is already defined in another file; that definition is
+        updated instead.
+      - containerd 1.x lets an imported file replace the whole CRI plugin table, so a runtime-only drop-in
+        would drop C(sandbox_image), C(SystemdCgroup), C(runc)...; the effective-config guard refuses it and
+        says so (this module does not copy the whole table into the drop-in). Use it with containerd 2.x.
+      - With O(state=absent), the runtime is removed; the drop-in file and its C(imports) entry go too when
+        the file then sets nothing the other files do not already set.
     type: path
   allow_path_mismatch:
     description: Edit O(path) although kubelet uses a containerd that reads another file.
@@ -122,6 +142,10 @@ EXAMPLES = r"""
     cdi: true
     backup: true
 
+- name: The runtime in a drop-in of its own (containerd 2.x)
+  gpunode.nvidia.containerd_runtime:
+    drop_in: /etc/containerd/conf.d/50-nvidia.toml
+
 - name: Remove it again (the default falls back to runc)
   gpunode.nvidia.containerd_runtime:
     state: absent
@@ -129,15 +153,43 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The file edited.
+  description: The root config file (the one containerd is started with).
   returned: always
   type: str
+defined_in:
+  description: The file whose definition of the runtime containerd uses after the task; null with O(state=absent).
+  returned: always
+  type: str
+  sample: /etc/containerd/conf.d/99-nvidia.toml
+files:
+  description: Each file changed (or, in check mode, to change), in planning order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The file.
+      type: str
+    created:
+      description: Whether the task creates it.
+      type: bool
+    removed:
+      description: Whether the task deletes it (an emptied drop-in).
+      type: bool
+    backup_file:
+      description: The backup made, if any.
+      type: str
+loaded_files:
+  description: The files containerd loads, in the order it merges them (the root file first).
+  returned: always
+  type: list
+  elements: str
 backup_file:
-  description: The backup made, if any.
+  description: The backup of the root file, if one was made (see RV(files) for the others).
   returned: always
   type: str
 created:
-  description: Whether the file did not exist before this task wrote it.
+  description: Whether the root file did not exist before this task wrote it.
   returned: always
   type: bool
 config_version:
@@ -185,9 +237,10 @@ containerd_version:
   returned: always
   type: str
 diff:
-  description: Before and after text, credentials masked.
+  description: Before and after text of each file changed, credentials masked.
   returned: when changed
-  type: dict
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -96,7 +96,8 @@ def test_present_then_absent_restores_effective_config(node):
 
 
 def hazard_files(ctrd):
-    """Main file + a drop-in that holds only the nvidia runtime: the containerd 1.x trap."""
+    """Main file + a drop-in that holds only the nvidia runtime: the containerd 1.x trap (drop_in refusal:
+    tests/integration/test_containerd_dropin.py)."""
     dropins = os.path.join(os.path.dirname(ctrd.config_path), "conf.d")
     os.makedirs(dropins, exist_ok=True)
     runtime_plugin = daemons.cri_tables(ctrd.dist)[0]
@@ -111,17 +112,17 @@ def hazard_files(ctrd):
 
 
 @pytest.mark.parametrize("node", RELEASES, ids=IDS, indirect=True)
-def test_guard_catches_the_1x_dropin_hazard(node):
+def test_runtime_in_a_dropin_is_edited_where_containerd_reads_it(node):
     main = hazard_files(node)
     result = configure(node, set_as_default=True)
-    if node.dist.major >= 2:
-        # containerd 2.x merges imports deeply: the edit is safe and takes effect.
-        assert result["changed"] and result["validated"], result
-        return
-    assert result.get("failed"), result
-    assert "nothing was written" in result["msg"]
-    assert "imported file replaces the whole CRI plugin table" in result["msg"]
+    # The runtime lives in the drop-in: it is updated there (not defined again in the main file, where
+    # containerd 1.x would ignore it: the drop-in replaces the whole CRI table).
+    assert result["changed"] and result["validated"], result
+    assert result["defined_in"] == os.path.join(os.path.dirname(node.config_path), "conf.d", "99-nvidia.toml")
     assert node.read_config() == main
+    if node.dist.major < 2:
+        # The drop-in already hides the main file's CRI settings on 1.x: the module names them.
+        assert any("have no effect" in w and "sandbox_image" in w for w in result["warnings"]), result
 
 
 @pytest.mark.parametrize("node", ["bookworm", "sid"], ids=["containerd-1.6.20", "containerd-2.1.9"], indirect=True)
