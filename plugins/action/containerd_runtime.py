@@ -99,7 +99,7 @@ class ActionModule(ValidatedAction):
             default_runtime=edit.default_runtime,
             source_runtime=edit.plan.source_runtime,
             defined_in=edit.defined_in,
-            files=[dict(path=p, created=text is not None and files.get(p) is None, removed=text is None,
+            files=[dict(path=p, created=text is not None and not _existed(files, p), removed=text is None,
                         backup_file=written.get(p, {}).get("backup_file"))
                    for p, text in edit.changes.items()],
             loaded_files=files.paths(),
@@ -532,6 +532,12 @@ def _without_imports(dump):
     dump = copy.copy(dump)
     dump.pop("imports", None)
     return dump
+
+
+def _existed(files, path):
+    """Whether the file was there before the task (a missing root file is known with an empty checksum)."""
+    config = files.get(path)
+    return config is not None and bool(config.sha256)
 
 
 def _text_of(files, path):

@@ -79,7 +79,11 @@ class ConfigFile(object):
     @property
     def version(self):
         """The file's config version (a file without `version` is version 1)."""
-        return self.data.get("version", 1)
+        version = self.data.get("version", 1)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ConfigError("%s: `version` must be an integer (1, 2, 3 or 4), found %r. The files were left "
+                              "unchanged." % (self.path, version))
+        return version
 
     def imports(self):
         value = self.data.get("imports")
@@ -220,7 +224,8 @@ def resolve(root_path, root_text, containerd_version, read, root_sha256=""):
     config_file module's `included`. It is called once per level of imports.
     """
     root = ConfigFile(root_path, root_text, root_sha256)
-    semantics = Semantics(containerd_version, root.version if isinstance(root.version, int) else None)
+    root_version = root.data.get("version")
+    semantics = Semantics(containerd_version, root_version if isinstance(root_version, int) else None)
     files, loaded, missing = [root], set([root_path]), []
     level = [root]
     while level:
@@ -291,7 +296,7 @@ def add_import(text, entry, path):
     """`text` with `entry` appended to its top-level `imports` (the key added if absent); other lines kept."""
     span = _imports_span(text)
     if span is None:
-        line = "imports = [%s]\n" % json.dumps(entry)
+        line = "imports = [%s]%s" % (json.dumps(entry), "\r\n" if "\r\n" in text else "\n")
         new = _insert_line(text, line)
     else:
         start, end, tokens = span

@@ -225,3 +225,15 @@ def test_go_glob_sorts_per_directory(tmp_path):
     # Go sorts "b" before "b-x" directory by directory; sorting whole paths would not.
     assert found == [str(tmp_path / "b" / "f.toml"), str(tmp_path / "b-x" / "f.toml")]
     assert sorted(found) != found
+
+
+def test_version_of_the_wrong_type_names_the_file():
+    contents = {ROOT: 'version = 2\nimports = ["/etc/containerd/conf.d/a.toml"]\n',
+                "/etc/containerd/conf.d/a.toml": 'version = "3"\n'}
+    loaded = resolve(contents, "containerd 2.1.9")
+    with pytest.raises(ConfigError, match="conf.d/a.toml: `version` must be an integer"):
+        loaded.version_conflicts()
+
+
+def test_add_import_keeps_crlf_line_endings():
+    assert imports.add_import("version = 2\r\n[x]\r\n", NEW, ROOT) == 'version = 2\r\nimports = ["%s"]\r\n[x]\r\n' % NEW
