@@ -81,9 +81,12 @@ class ActionModule(ValidatedAction):
                                     lambda patterns: self._read_included(task_vars, path, patterns, globs),
                                     root_sha256=current["sha256"])
         _check_loaded_files(files, dump)
+        if args["drop_in"] and files.get(args["drop_in"]) is None:
+            self._refuse_unimported_drop_in(args, files, task_vars)
         edit = plan_edit(args, files, current, dump)
         _refuse_unchecked_drop_in(args, edit, files, current)
-        self._refuse_missing_default_binary(args, edit.plan, current)
+        edit.default_runtime = _effective_default(edit, files, globs)
+        self._refuse_missing_default_binary(args, edit, current)
         validated, effective_changes, warnings = self._guard(args, edit, files, globs, current, dump, task_vars,
                                                              dump_cmd)
         written = self._write(args, edit, files, current, task_vars)
@@ -124,6 +127,15 @@ class ActionModule(ValidatedAction):
             if "*" in answer["pattern"]:
                 globs[answer["pattern"]] = [item["path"] for item in answer["files"]]
         return included
+
+    def _refuse_unimported_drop_in(self, args, files, task_vars):
+        """A drop_in file that exists but that containerd does not load is not ours to take over silently."""
+        found = self._node(task_vars, op="read", path=files.root.path, include=[args["drop_in"]])["included"]
+        if found and found[0]["files"] and found[0]["files"][0]["exists"]:
+            raise ConfigError(
+                "drop_in %s exists, but %s does not import it (containerd loads: %s). Add it to `imports` or "
+                "remove it, and run again. The files were left unchanged."
+                % (args["drop_in"], files.root.path, ", ".join(files.paths())))
 
     def _write(self, args, edit, files, current, task_vars):
         """Write every changed file (imported files before the root that names them, removals last)."""
@@ -191,9 +203,9 @@ class ActionModule(ValidatedAction):
                     msg=" ".join(target.get("notes") or ["%s manages this config" % target.get("regenerated_by")]))
 
     @staticmethod
-    def _refuse_missing_default_binary(args, plan, current):
+    def _refuse_missing_default_binary(args, edit, current):
         """Incident I5: a default runtime whose binary is missing breaks every pod on the node."""
-        if args["state"] != "present" or plan.default_runtime != args["name"] or args["allow_missing_binary"]:
+        if args["state"] != "present" or edit.default_runtime != args["name"] or args["allow_missing_binary"]:
             return
         if not current["paths"].get(args["binary"]):
             raise ConfigError(
@@ -364,13 +376,12 @@ def _plan_absent(args, files, dump):
         if edit is None:
             edit = Edit(plan, None, warnings)
         edit.plan = plan
-        edit.runtime, edit.default_runtime = None, plan.default_runtime
+        edit.runtime = None
         edit.set(config.path, config.text, plan.text)
     for config in files.files:
         if config.default_runtime() == name and config.runtime(name) is None:
             fallback = pick_source_runtime(files.merged_runtimes(), "runc", name) or "runc"
             edit.set(config.path, config.text, set_value(config.text, config.default_runtime_path(), fallback))
-            edit.default_runtime = fallback
     drop_in = files.get(args["drop_in"]) if args["drop_in"] else None
     if drop_in is not None and _holds_nothing_else(files, drop_in, edit.changes.get(drop_in.path, drop_in.text)):
         edit.set(drop_in.path, drop_in.text, None)
@@ -387,7 +398,6 @@ def _set_default_where_read(edit, files, target_path, name):
         return
     _refuse_version_mismatch(files, setter.path, setter)
     edit.set(setter.path, setter.text, set_value(setter.text, setter.default_runtime_path(), name))
-    edit.default_runtime = name
 
 
 def _new_drop_in(root):
@@ -532,6 +542,18 @@ def _without_imports(dump):
     dump = copy.copy(dump)
     dump.pop("imports", None)
     return dump
+
+
+def _effective_default(edit, files, globs):
+    """default_runtime_name containerd will use after the edit (runc when no file sets it)."""
+    if not edit.changed:
+        state = files
+    else:
+        contents = dict((config.path, config.text) for config in files.files)
+        contents.update(edit.changes)
+        state = imports_mod.from_contents(files.root.path, contents, files.containerd_version, globs)
+    setter = state.default_set_in()
+    return setter.default_runtime() if setter is not None else "runc"
 
 
 def _existed(files, path):

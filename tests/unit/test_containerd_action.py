@@ -224,3 +224,17 @@ def test_guard_copy_lists_every_file_in_order(action):
                                                              ("01-99-nvidia.toml", NVIDIA_FILE)]
     assert "imports = []" in companions[0]["content"]
     assert companions[1]["content"] == edit.changes[NVIDIA_FILE]
+
+
+@pytest.mark.parametrize("version,extra", [(CTRD_17, {}), (CTRD_21, {}),
+                                           (CTRD_21, {"drop_in": "/etc/containerd/gpu/50-nvidia.toml",
+                                                      "set_as_default": True})])
+def test_second_run_changes_nothing(action, version, extra):
+    contents = {ROOT: MAIN, NVIDIA_FILE: NVIDIA}
+    if extra:
+        contents = {ROOT: MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")}
+    _files, first = planned(action, contents, version, **extra)
+    assert first.changed
+    contents.update(first.changes)
+    _files, second = planned(action, contents, version, **extra)
+    assert second.changes == {}
