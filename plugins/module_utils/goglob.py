@@ -113,4 +113,5 @@ def _glob_in(directory, name):
         names = sorted(os.listdir(directory))
     except OSError:
         return []
-    return [os.path.join(directory, entry) for entry in names if match(name, entry)]
+    # Go joins with filepath.Join, which cleans the path (no "//" or "/./").
+    return [os.path.normpath(os.path.join(directory, entry)) for entry in names if match(name, entry)]

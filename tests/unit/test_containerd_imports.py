@@ -237,3 +237,20 @@ def test_version_of_the_wrong_type_names_the_file():
 
 def test_add_import_keeps_crlf_line_endings():
     assert imports.add_import("version = 2\r\n[x]\r\n", NEW, ROOT) == 'version = 2\r\nimports = ["%s"]\r\n[x]\r\n' % NEW
+
+
+def test_node_reads_included_files_as_containerd_expands_them(tmp_path):
+    from ansible_collections.gpunode.nvidia.plugins.modules import config_file
+    conf_d = tmp_path / "conf.d"
+    conf_d.mkdir()
+    (conf_d / "b.toml").write_text("version = 2\n")
+    (conf_d / ".a.toml").write_text("version = 3\n")
+    (tmp_path / "odd[1].toml").write_text("")
+    answers = config_file.read_included([str(conf_d) + "//*.toml", str(tmp_path / "odd[1].toml"),
+                                         str(tmp_path / "gone.toml"), str(tmp_path / "[*")])
+    assert [f["path"] for f in answers[0]["files"]] == [str(conf_d / ".a.toml"), str(conf_d / "b.toml")]
+    assert answers[0]["files"][0]["content"] == "version = 3\n" and answers[0]["files"][0]["sha256"]
+    assert answers[1]["files"][0]["exists"]  # no `*`: one file, brackets and all
+    assert answers[2]["files"] == [{"path": str(tmp_path / "gone.toml"), "exists": False, "content": "",
+                                    "sha256": ""}]
+    assert "error" in answers[3]
