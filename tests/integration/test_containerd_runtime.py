@@ -77,7 +77,8 @@ def test_check_mode_writes_nothing(node):
     result = run_module(MODULE, {"path": node.config_path, "binary": daemons.STANDIN_RUNTIME},
                         path_prepend=[node.dist.bin_dir], check=True, diff=True)
     assert result["changed"] and result["validated"]
-    assert "runtimes.nvidia" in result["diff"]["after"]
+    assert [d["after_header"] for d in result["diff"]] == [node.config_path]  # one diff per file
+    assert "runtimes.nvidia" in result["diff"][0]["after"]
     assert node.read_config() == before
 
 
