@@ -238,3 +238,16 @@ def test_second_run_changes_nothing(action, version, extra):
     contents.update(first.changes)
     _files, second = planned(action, contents, version, **extra)
     assert second.changes == {}
+
+
+@pytest.mark.parametrize("version,refused", [(CTRD_17, True), (None, True), (CTRD_21, False)])
+def test_unguarded_dropin_only_where_containerd_merges(action, version, refused):
+    main = MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
+    dropin = "/etc/containerd/gpu/50-nvidia.toml"
+    files, edit = planned(action, {ROOT: main}, version, drop_in=dropin)
+    args = edit_args(drop_in=dropin, validate=False)
+    if refused:
+        with pytest.raises(ConfigError, match="replace the whole CRI plugin table"):
+            action._refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
+    else:
+        action._refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
