@@ -6,13 +6,16 @@ The drop-in "written the way NVIDIA's tool writes it" is a STAND-IN for the file
 table plus the nvidia runtime in conf.d/99-nvidia.toml, and an `imports` line in
 config.toml. The runtime binary is the stand-in tests/testbed/stand-ins/nvidia-container-runtime.
 """
+import json
 import os
 import subprocess
+import sys
+import tempfile
 
 import pytest
 
 import daemons
-from ansible_runner import run_module
+from ansible_runner import REPO, run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import load_dump, runtime_in_dump
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import get_path
@@ -41,6 +44,26 @@ def configure(ctrd, check=False, **args):
     args.setdefault("path", ctrd.config_path)
     args.setdefault("binary", daemons.STANDIN_RUNTIME)
     return run_module(MODULE, args, path_prepend=[ctrd.dist.bin_dir], check=check, diff=True)
+
+
+def configure_in_one_play(ctrd, *steps):
+    """Several module calls in one ansible-playbook run (one start-up instead of one each): each step is
+    (args, check_mode); returns each result."""
+    tasks = []
+    for args, check in steps:
+        args = dict(args, path=ctrd.config_path, binary=daemons.STANDIN_RUNTIME)
+        tasks.append({"name": "step", MODULE: args, "check_mode": check, "diff": True, "ignore_errors": True})
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=ctrd.base, delete=False) as handle:
+        json.dump(play, handle)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"), ANSIBLE_LOCALHOST_WARNING="0",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="0", PATH=ctrd.dist.bin_dir + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), handle.name],
+                          env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=600)
+    report = json.loads(proc.stdout)
+    return [task["hosts"]["localhost"] for task in report["plays"][0]["tasks"]]
 
 
 def dump(ctrd):
@@ -102,8 +125,9 @@ def test_runtime_in_nvidia_dropin_is_updated_there_and_reaches_the_daemon(node):
     assert runtimes["runc"]["systemd_cgroup"]
 
 
-@pytest.mark.parametrize("node", ["bookworm", "trixie"], ids=IDS[:2], indirect=True)
+@pytest.mark.parametrize("node", ["trixie"], ids=IDS[1:2], indirect=True)
 def test_runtime_only_dropin_is_refused_on_1x_by_the_guard(node):
+    # 1.6 replaces plugin tables the same way (tests/integration/test_containerd_runtime.py shows it).
     root = node.read_config()
     before = cri_settings(dump(node))
     dropin = os.path.join(node.conf_d, "50-gpunode.toml")
@@ -119,13 +143,11 @@ def test_runtime_only_dropin_is_refused_on_1x_by_the_guard(node):
 def test_own_dropin_on_2x_merges_and_comes_off_cleanly(node):
     root = node.read_config()
     dropin = os.path.join(node.conf_d, "50-gpunode.toml")
-    preview = configure(node, check=True, drop_in=dropin, set_as_default=True)
+    wanted = {"drop_in": dropin, "set_as_default": True}
+    preview, result = configure_in_one_play(node, (wanted, True), (wanted, False))
     assert preview["changed"] and preview["validated"], preview
-    assert [d["after_header"] for d in preview["diff"]] == [dropin, node.config_path]
-    assert node.read_config() == root and not os.path.exists(dropin)
-
-    result = configure(node, drop_in=dropin, set_as_default=True)
-    assert result["changed"] and result["defined_in"] == dropin, result
+    assert [d["after_header"] for d in preview["diff"]] == [dropin, node.config_path]  # check mode: a diff per file
+    assert result["changed"] and result["defined_in"] == dropin, result  # so the preview wrote nothing
     assert read(dropin).startswith("# The container runtime added by gpunode.nvidia.containerd_runtime")
     assert "version = 3\n" in read(dropin)
     merged = dump(node)
@@ -136,8 +158,11 @@ def test_own_dropin_on_2x_merges_and_comes_off_cleanly(node):
     assert cri.runtimes_from_status(status)["nvidia"]["binary_name"] == daemons.STANDIN_RUNTIME
     assert cri.default_runtime_from_status(status) == "nvidia"
 
-    assert not configure(node, drop_in=dropin, set_as_default=True)["changed"]
-    removed = configure(node, drop_in=dropin, state="absent")
+    # Each check-mode step must leave the files alone: the real step after it still has work to do.
+    unwanted = dict(drop_in=dropin, state="absent")
+    removal_preview, again, removed = configure_in_one_play(node, (unwanted, True), (wanted, False), (unwanted, False))
+    assert [d["after_header"] for d in removal_preview["diff"]] == [dropin + " (removed)", node.config_path]
+    assert not again["changed"], again
     assert removed["changed"] and removed["validated"], removed
     assert node.read_config() == root and not os.path.exists(dropin)
 
