@@ -311,6 +311,9 @@ def plan_edit(args, files, current, dump):
 
 
 def _check_drop_in(args, files, current):
+    if not posixpath.isabs(args["drop_in"]):
+        raise ConfigError("drop_in %s must be an absolute path (containerd resolves a relative import against the "
+                          "importing file's directory, and only from 1.7 on for globs)." % args["drop_in"])
     if args["drop_in"] == files.root.path:
         raise ConfigError("drop_in %s is the root config file itself; give a separate file (for example "
                           "%s)." % (args["drop_in"], posixpath.join(posixpath.dirname(files.root.path), "conf.d",

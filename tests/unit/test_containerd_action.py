@@ -251,3 +251,8 @@ def test_unguarded_dropin_only_where_containerd_merges(action, version, refused)
             action._refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
     else:
         action._refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
+
+
+def test_dropin_must_be_absolute(action):
+    with pytest.raises(ConfigError, match="must be an absolute path"):
+        planned(action, {ROOT: MAIN}, CTRD_21, drop_in="conf.d/50-nvidia.toml")
