@@ -426,10 +426,12 @@ def _refuse_version_mismatch(files, path, config):
 
 
 def _version_warnings(files):
-    return _hidden_settings_warning(files) + ["%s has `version = %s`, higher than the root file %s (`version = %s`): containerd 2.3.0 to 2.3.4 "
-            "refuse to start with it. Give both files the same version." % (config.path, version, files.root.path,
-                                                                          files.root.version)
-            for config, version in files.version_conflicts() if version > files.root.version]
+    """Warnings about the loaded files as they are: hidden 1.x settings, drop-ins 2.3.0-2.3.4 refuse."""
+    higher = ["%s has `version = %s`, higher than the root file %s (`version = %s`): containerd 2.3.0 to "
+              "2.3.4 refuse to start with it. Give both files the same version."
+              % (config.path, version, files.root.path, files.root.version)
+              for config, version in files.version_conflicts() if version > files.root.version]
+    return _hidden_settings_warning(files) + higher
 
 
 def _inherit_from_merged(text, plan, files, name, path):

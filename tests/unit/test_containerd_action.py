@@ -217,8 +217,8 @@ def test_guard_copy_lists_every_file_in_order(action):
     contents = {ROOT: MAIN, NVIDIA_FILE: NVIDIA, nested: 'version = 2\nimports = ["/etc/containerd/extra.toml"]\n',
                 "/etc/containerd/extra.toml": "version = 2\n"}
     files, edit = planned(action, contents, CTRD_21)
-    root_text, companions = action.candidate_files(edit, files, {"/etc/containerd/conf.d/*.toml": [nested, NVIDIA_FILE]},
-                                                   CTRD_21)
+    globs = {"/etc/containerd/conf.d/*.toml": [nested, NVIDIA_FILE]}
+    root_text, companions = action.candidate_files(edit, files, globs, CTRD_21)
     assert 'imports = ["00-50-nested.toml", "01-99-nvidia.toml", "/etc/containerd/extra.toml"]' in root_text
     assert [(c["name"], c["path"]) for c in companions] == [("00-50-nested.toml", nested),
                                                              ("01-99-nvidia.toml", NVIDIA_FILE)]
