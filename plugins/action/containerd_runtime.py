@@ -386,7 +386,8 @@ def _plan_absent(args, files, dump):
             fallback = pick_source_runtime(files.merged_runtimes(), "runc", name) or "runc"
             edit.set(config.path, config.text, set_value(config.text, config.default_runtime_path(), fallback))
     drop_in = files.get(args["drop_in"]) if args["drop_in"] else None
-    if drop_in is not None and _holds_nothing_else(files, drop_in, edit.changes.get(drop_in.path, drop_in.text)):
+    if drop_in is not None and _holds_nothing_else(files, drop_in, edit.changes.get(drop_in.path, drop_in.text),
+                                                   name):
         edit.set(drop_in.path, drop_in.text, None)
         edit.set(root.path, root.text, imports_mod.remove_import(edit.changes.get(root.path, root.text),
                                                                  drop_in.path, root.path))
@@ -451,14 +452,20 @@ def _inherit_from_merged(text, plan, files, name, path):
     return text
 
 
-def _holds_nothing_else(files, drop_in, text):
-    """Whether a drop-in, once the runtime is gone, sets nothing the other files do not already set."""
+def _holds_nothing_else(files, drop_in, text, name):
+    """Whether a drop-in, once the runtime is gone, sets nothing the other files do not already set.
+    A default it named `name` and now names a fallback is ours: without the file, the others' default
+    (the one pods used before) applies again."""
     data = parse(text, drop_in.path)
     data.pop("version", None)
+    if drop_in.default_runtime() == name:
+        for plugin in (data.get("plugins") or {}).values():
+            if isinstance(plugin, dict) and isinstance(plugin.get("containerd"), dict):
+                plugin["containerd"].pop("default_runtime_name", None)
     others = [config for config in files.files if config is not drop_in]
     merged = {}
     for config in others:
-        merged = imports_mod._deep_merge(merged, config.data)
+        merged = imports_mod.deep_merge(merged, config.data)
     for key, value in effective.flatten(data).items():
         if value == {}:
             continue

@@ -180,7 +180,7 @@ class Imports(object):
         merged = {}
         for config in self.files:
             for name, table in _runtimes_of(config.data).items():
-                merged[name] = _deep_merge(merged.get(name, {}), table)
+                merged[name] = deep_merge(merged.get(name, {}), table)
         return merged
 
     def version_conflicts(self):
@@ -209,10 +209,10 @@ def _runtimes_of(data):
     return {}
 
 
-def _deep_merge(base, override):
+def deep_merge(base, override):
     out = dict(base)
     for key, value in override.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 

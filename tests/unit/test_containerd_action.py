@@ -256,3 +256,13 @@ def test_unguarded_dropin_only_where_containerd_merges(action, version, refused)
 def test_dropin_must_be_absolute(action):
     with pytest.raises(ConfigError, match="must be an absolute path"):
         planned(action, {ROOT: MAIN}, CTRD_21, drop_in="conf.d/50-nvidia.toml")
+
+
+def test_absent_with_dropin_gives_back_a_crun_default(action):
+    main = ('version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "crun"\n'
+            '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]\n  runtime_type = "io.containerd.runc.v2"\n')
+    dropin = "/etc/containerd/conf.d/50-nvidia.toml"
+    _files, added = planned(action, {ROOT: main}, CTRD_21, drop_in=dropin, set_as_default=True)
+    state = {ROOT: added.changes[ROOT], dropin: added.changes[dropin]}
+    _files, removed = planned(action, state, CTRD_21, drop_in=dropin, state="absent")
+    assert removed.changes == {dropin: None, ROOT: main}
