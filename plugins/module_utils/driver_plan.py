@@ -52,6 +52,7 @@ DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # non-free-firmware. The kernel module package sets the version every other package follows.
 DEBIAN_COMPONENTS = ("contrib", "non-free", "non-free-firmware")
 DEBIAN_MODULE_PACKAGE = {"open": "nvidia-open-kernel-dkms", "proprietary": "nvidia-kernel-dkms"}
+DRIVER_APT_PIN_PATH = "/etc/apt/preferences.d/nvidia-driver"
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
@@ -595,7 +596,8 @@ def plan_driver(node, request, env):
             "versionlock": [], "packages": [], "offline_files": [], "headers": [], "notes": [],
             "nouveau": {"blacklist_path": NOUVEAU_BLACKLIST, "content": NOUVEAU_CONTENT,
                         "initramfs_command": initramfs_command(node, dist)},
-            "reboot": reboot_state(gpus, installed), "driver_version": None, "commands": []}
+            "reboot": reboot_state(gpus, installed), "driver_version": None, "apt_pin": None,
+            "apt_pin_path": None, "commands": []}
     sb = env["secure_boot"] if env.get("secure_boot") is not None else secure_boot(node, node.run)
     mok = mok_key(node, node.run, env.get("mok_enrolled"))
     plan["secure_boot"] = secure_boot_plan(dist, module_path, sb, mok, request.get("secure_boot_check", True))
@@ -610,6 +612,10 @@ def plan_driver(node, request, env):
     packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
     if request.get("packages"):
         names = packages = list(request["packages"])
+    if plan["driver_version"]:
+        sources = debian_driver_sources(node, names, plan["driver_version"]) if source != "offline" else []
+        plan.update(apt_pin=driver_apt_pin_file(plan["driver_version"], sources or names),
+                    apt_pin_path=DRIVER_APT_PIN_PATH)
     headers = headers_packages(dist, kernel_facts, module_path) if request.get("kernel_headers", True) else []
     plan.update(packages=packages, module_stream=stream, versionlock=lock, notes=notes, headers=headers,
                 repository=driver_repository(dist, request, node))
@@ -639,6 +645,34 @@ def debian_driver_version(node, request, flavour, branch):
     else:
         return None
     return lockstep_version(versions, branch)
+
+
+def debian_driver_sources(node, names, version):
+    """Source packages (`src:NAME`) that built the planned packages at version, from
+    `apt-cache show`; empty when apt cannot tell. Their other binaries (nvidia-alternative,
+    libnvidia-ptxjitcompiler1, ...) are dependencies of the planned ones at exactly that version."""
+    if node.run is None:
+        return []
+    rc, out, _err = node.run(["apt-cache", "show"] + [n.split("=", 1)[0] for n in names])
+    if rc != 0:
+        return []
+    sources = set()
+    for stanza in (out or "").split("\n\n"):
+        fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and line[:1].strip())
+        fields = dict((k.strip().lower(), v.strip()) for k, v in fields.items())
+        if fields.get("package") and upstream(fields.get("version")) == version:
+            sources.add("src:" + (fields.get("source") or fields["package"]).split()[0])
+    return sorted(sources)
+
+
+def driver_apt_pin_file(version, packages):
+    """apt preferences that hold every package of the driver at the kernel module's version: the
+    planned ones and, through their source packages, the same-source dependencies apt would
+    otherwise take at a newer candidate (e.g. a security update of the non-free side only)."""
+    pinned = [p if p.startswith("src:") else p.split("=", 1)[0] for p in packages]
+    return ("# Managed by gpunode.nvidia (nvidia_driver): every package of the NVIDIA driver stays at the\n"
+            "# kernel module's version; a newer user-space side alone does not talk to the module.\n"
+            "Package: %s\nPin: version %s-*\nPin-Priority: 1001\n" % (" ".join(p + ":any" for p in pinned), version))
 
 
 def _driver_source(dist, request):
@@ -678,6 +712,8 @@ def driver_commands(plan, action):
     if plan["versionlock"]:
         commands.append("dnf install -y python3-dnf-plugin-versionlock")
         commands.append("dnf versionlock add %s" % " ".join("'%s'" % p for p in plan["versionlock"]))
+    if plan["apt_pin"]:
+        commands.append("write %s (Pin: version %s-*)" % (plan["apt_pin_path"], plan["driver_version"]))
     if plan["offline_files"]:
         commands.append(_install_command(manager, plan["offline_files"]))
     else:

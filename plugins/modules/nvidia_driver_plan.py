@@ -309,10 +309,14 @@ plan:
       description: Toolkit version pinned, or null.
       type: str
     apt_pin:
-      description: apt preferences content holding the four toolkit packages at I(version) (apt only).
+      description: >-
+        apt preferences content (apt only, else null). Toolkit - holds the four toolkit packages at I(version).
+        Driver (Debian) - holds every binary of the planned packages' source packages (C(src:NAME), from
+        C(apt-cache show); the planned names themselves for an offline directory) at I(driver_version), so that
+        same-source dependencies resolve to the kernel module's version; null while I(driver_version) is.
       type: str
     apt_pin_path:
-      description: Where that file goes.
+      description: Where that file goes (C(/etc/apt/preferences.d/nvidia-container-toolkit) or C(nvidia-driver)).
       type: str
 """
 

@@ -7,6 +7,7 @@ and no DKMS build here, so the node plays an image bake (nvidia_driver_install_w
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -97,11 +98,16 @@ def test_debian_offline_directory_proprietary_modules(node):
     assert node.play(DRIVER, offline).changed == 0
 
 
-# Depends on the live Debian archive. On 2026-11-22 it began failing with apt's "held broken
-# packages": dependencies of the pinned 535.261.03 packages (nvidia-alternative,
-# libnvidia-ptxjitcompiler1, libnvidia-pkcs11-openssl3) resolve to a newer 535.309.01 candidate.
-# Kept running so a fix (an apt preferences pin for the whole driver set) shows as XPASS.
-@pytest.mark.xfail(reason="live Debian archive: unpinned driver dependencies resolve to 535.309.01", strict=False)
+# Depends on the live Debian archive. The node has the security suite a real Debian 12 node has:
+# it carries a newer non-free driver (535.309.01) while the contrib open module stays at 535.261.03.
+SECURITY_SOURCE = """Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+
 def test_real_debian_driver_packages_from_debian_archive(nvidia_repo):
     """Debian's REAL non-free driver packages (no stand-in), from deb.debian.org, in a node
     container: the package path, the contrib open module and the lockstep version are real.
@@ -110,12 +116,26 @@ def test_real_debian_driver_packages_from_debian_archive(nvidia_repo):
     node = nvidia_node.NodeContainer()
     try:
         node.start()
+        node.sh("cat > /etc/apt/sources.list.d/debian-security.sources <<'EOF'\n%sEOF" % SECURITY_SOURCE)
         bake = {"nvidia_driver_install_without_gpu": True, "nvidia_driver_branch": "535"}
+        checked = node.play(DRIVER, bake, check=True)
+        assert not checked.failed, checked.failure_messages()
+        assert node.packages() == {} and node.read("/etc/apt/preferences.d/nvidia-driver") is None
         first = node.play(DRIVER, bake, post_tasks=SUMMARY)
         assert not first.failed, first.failure_messages()
         installed = node.packages()
-        versions = set(installed[name] for name in OPEN_SET)
-        assert len(versions) == 1 and versions.pop().startswith("535."), installed
+        # Same-source dependencies (nvidia-alternative, libnvidia-ptxjitcompiler1, ...) follow the module
+        # too, although the security suite offers them newer.
+        module_version = installed["nvidia-open-kernel-dkms"]
+        same_source = ("nvidia-alternative", "libnvidia-ptxjitcompiler1", "nvidia-open-kernel-support")
+        assert set(installed[name] for name in OPEN_SET + same_source) == {module_version}, installed
+        assert module_version.startswith("535."), installed
+        pin = node.read("/etc/apt/preferences.d/nvidia-driver")
+        assert "src:nvidia-graphics-drivers:any" in pin and "src:nvidia-open-gpu-kernel-modules:any" in pin, pin
+        assert "Pin: version %s-*" % module_version.split("-")[0] in pin, pin
+        # ... and `apt upgrade` leaves the driver where it is.
+        upgradable = re.findall(r"^Inst (\S+)", node.sh("apt-get -s upgrade").stdout, re.M)
+        assert not set(upgradable) & set(installed), upgradable
         assert "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" in node.read(
             "/etc/apt/sources.list.d/nvidia-driver-debian.sources")
         dkms = node.sh("dkms status").stdout

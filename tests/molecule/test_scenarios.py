@@ -16,16 +16,7 @@ SCENARIOS = sorted(
 )
 
 
-# broken-node passed in earlier full runs but failed twice at the end of this session on a loaded
-# machine (once the stand-in kubelet survived the containerd restart meant to kill it, once the
-# diagnose recap check); kept running, reported as XFAIL/XPASS until it is made robust.
-FLAKY = {"broken-node": "timing-dependent on a loaded machine; see the closing note of issue 7"}
-
-
-@pytest.mark.parametrize("scenario", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=FLAKY[name], strict=False)) if name in FLAKY else name
-    for name in SCENARIOS
-])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario):
     bin_dir = os.path.dirname(sys.executable)
     env = dict(os.environ)

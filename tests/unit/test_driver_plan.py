@@ -216,6 +216,41 @@ def test_debian_packages_follow_the_kernel_module_version(tree):
     assert dp.lockstep_version(MADISON["nvidia-kernel-dkms"], "470") is None
 
 
+# apt-cache show of the open set on Debian 12 with bookworm-security: each package in both versions.
+APT_SHOW = "".join(
+    "Package: %s\nVersion: %s\n%sDescription: x\n with: a continuation line\n\n" % (name, version, source)
+    for name, source in (("nvidia-open-kernel-dkms", "Source: nvidia-open-gpu-kernel-modules\n"),
+                         ("firmware-nvidia-gsp", "Source: nvidia-graphics-drivers (535.261.03-1)\n"),
+                         ("nvidia-smi", "Source: nvidia-graphics-drivers\n"), ("libcuda1", "Source: nvidia-graphics-drivers\n"),
+                         ("libnvidia-ml1", "Source: nvidia-graphics-drivers\n"))
+    for version in ("535.309.01-0+deb12u1", "535.261.03-1")
+    if not (name == "nvidia-open-kernel-dkms" and version.startswith("535.309")))
+
+
+def apt_show_stub(argv):
+    if argv[:2] == ["apt-cache", "show"]:
+        return 0, APT_SHOW, ""
+    return apt_stub(argv)
+
+
+def test_debian_pin_holds_every_binary_of_the_driver_sources(tree):
+    node = tree("debian12").gpu()
+    env = {"running_kernel": "6.1.0-28-amd64", "arch": "x86_64"}
+    plan = dp.plan_driver(Node(node.root, apt_show_stub), {"branch": "535"}, env)
+    assert plan["apt_pin_path"] == "/etc/apt/preferences.d/nvidia-driver"
+    assert ("Package: src:nvidia-graphics-drivers:any src:nvidia-open-gpu-kernel-modules:any\n"
+            "Pin: version 535.261.03-*\nPin-Priority: 1001\n") in plan["apt_pin"]
+    assert "write /etc/apt/preferences.d/nvidia-driver (Pin: version 535.261.03-*)" in plan["commands"]
+    # apt cannot tell the source packages: the planned names themselves are held.
+    names_only = dp.plan_driver(Node(node.root, apt_stub), {"branch": "535"}, env)
+    assert ("Package: nvidia-open-kernel-dkms:any firmware-nvidia-gsp:any nvidia-smi:any libcuda1:any "
+            "libnvidia-ml1:any\nPin: version 535.261.03-*\n") in names_only["apt_pin"]
+    # apt does not know the driver source yet (check mode on a fresh node): no version, no pin.
+    unknown = dp.plan_driver(Node(node.root, lambda argv: (100, "", "")), {"branch": "535"}, env)
+    assert unknown["driver_version"] is None and unknown["apt_pin"] is None
+    assert not any("preferences" in c for c in unknown["commands"])
+
+
 def test_dkms_builds_for_the_kernel_the_image_boots(tree):
     node = tree("debian12").gpu().kernel("6.1.0-27-amd64").kernel("6.1.0-28-amd64")
     plan = driver(node, running="6.1.0-27-amd64")
@@ -240,6 +275,7 @@ def test_ubuntu_uses_signed_prebuilt_modules_for_running_and_boot_kernels(tree):
         "linux-modules-nvidia-550-server-open-5.15.0-91-generic",
         "linux-modules-nvidia-550-server-open-5.15.0-100-generic"]
     assert plan["headers"] == [] and plan["module_path"] == "prebuilt"
+    assert plan["apt_pin"] is None  # the branch is in the names
     assert plan["secure_boot"]["enabled"] is True and not plan["secure_boot"]["blocks_install"]
     assert plan["commands"][-1].startswith("apt-get install -y --no-install-recommends nvidia-headless-no-dkms-550")
 
