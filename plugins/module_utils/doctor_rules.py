@@ -302,8 +302,8 @@ def check_nvidia_elsewhere(rule, ctx):
         evidence += instance_evidence(instance) + [kubelet_evidence(ctx)] + instance_evidence(target)
         if target_ok:
             message = ("%s also defines runtime \"%s\", but kubelet uses %s, which has a working one: the "
-                       "other instance's runtime is not used by Kubernetes." % (describe(instance), ctx.runtime_name,
-                                                                              describe(target)))
+                       "other instance's runtime is not used by Kubernetes."
+                       % (describe(instance), ctx.runtime_name, describe(target)))
             found.append(finding(rule, message, evidence, manual_fix(
                 "Nothing to do for Kubernetes; remove the runtime from %s if it is a leftover."
                 % instance["config_path"]), severity="info"))

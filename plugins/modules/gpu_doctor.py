@@ -173,9 +173,9 @@ def main():
     if not os.path.isdir(root):
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
     result = diagnose_safely(root, query_cri=module.params["query_cri"],
-                      given_healthz_url=module.params["kubelet_healthz_url"],
-                      runtime_name=module.params["runtime_name"], cri_timeout=module.params["cri_timeout"],
-                      run=None)
+                             given_healthz_url=module.params["kubelet_healthz_url"],
+                             runtime_name=module.params["runtime_name"], cri_timeout=module.params["cri_timeout"],
+                             run=None)
     module.exit_json(changed=False, **result)
 
 

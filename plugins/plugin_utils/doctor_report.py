@@ -135,8 +135,8 @@ def render_console(report, width=100, json_path=None, html_path=None):
 
 
 def _console_finding(item, node, width):
-    head = "  %s %s%s: " % (MARK[item["severity"]], "[%s] " % item["incident"] if item["incident"] else "",
-                             item["rule"])
+    incident = "[%s] " % item["incident"] if item["incident"] else ""
+    head = "  %s %s%s: " % (MARK[item["severity"]], incident, item["rule"])
     out = textwrap.wrap(head + item["message"], width, subsequent_indent="       ")
     where = next((e for e in item["evidence"] if e.get("kind") == "file" and e.get("line")), None)
     if where:
