@@ -35,10 +35,7 @@ import re
 import time
 import traceback
 
-try:  # Python 3
-    from urllib.request import urlopen
-except ImportError:  # pragma: no cover
-    from urllib2 import urlopen
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import (
@@ -354,7 +351,8 @@ def healthz_url(ctx, given):
 def probe_healthz(url, timeout=3.0):
     """(ok, detail) of kubelet's /healthz."""
     try:
-        response = urlopen(url, timeout=timeout)
+        # No proxy: the address is the node's own kubelet.
+        response = open_url(url, timeout=timeout, use_proxy=False)
         body = response.read(200).decode("utf-8", "replace").strip()
         return (response.getcode() == 200 and body == "ok"), "HTTP %s %r" % (response.getcode(), body)
     except Exception as exc:  # URLError, socket errors, HTTP errors: all mean "not healthy"

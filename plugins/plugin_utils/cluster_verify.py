@@ -34,7 +34,10 @@ try:
     HAS_KUBERNETES = True
 except ImportError:  # reported by the action plugin with the install line
     k8s = k8s_config = None
-    ApiException = Exception
+
+    class ApiException(Exception):
+        """Never raised: keeps the except clauses valid without the kubernetes package."""
+
     HAS_KUBERNETES = False
 
 GPU_RESOURCE = "nvidia.com/gpu"
