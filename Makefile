@@ -17,6 +17,8 @@ bootstrap:
 
 # All tests: unit (no daemons), integration (real containerd/dockerd), Molecule (real systemd nodes).
 test: bootstrap
+	$(MAKE) --no-print-directory galaxy-import sanity
+	$(VENV)/bin/antsibull-changelog lint
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/molecule
 
 unit: bootstrap
@@ -39,3 +41,22 @@ lint: bootstrap
 	test -x .cache/lint-venv/bin/ansible-lint || { python3 -m venv .cache/lint-venv && \
 	  .cache/lint-venv/bin/pip install -q ansible-core==2.19.14 ansible-lint==26.10.1 tomlkit kubernetes; }
 	PATH=$(REPO)/.cache/lint-venv/bin:$$PATH .cache/lint-venv/bin/ansible-lint
+
+# Publishing checks (also part of `make test`).
+.PHONY: sanity galaxy-import role-docs changelog docs-check
+# ansible-test sanity, offline: every default test on the controller Python.
+sanity:
+	tests/sanity/run.sh
+
+# The built tarball as Galaxy's importer sees it (galaxy-importer in .cache/importer-venv).
+galaxy-import:
+	tests/galaxy/import.sh
+
+# Regenerate the variables tables of roles/*/README.md from meta/argument_specs.yml.
+role-docs:
+	$(PY) tests/tools/role_readme.py
+
+# Check the changelog fragments, then write CHANGELOG.md from changelogs/changelog.yaml.
+changelog:
+	$(VENV)/bin/antsibull-changelog lint
+	$(VENV)/bin/antsibull-changelog generate
