@@ -56,7 +56,7 @@ galaxy-import:
 role-docs:
 	$(PY) tests/tools/role_readme.py
 
-# Check the changelog fragments, then write CHANGELOG.md from changelogs/changelog.yaml.
+# Check the changelog fragments, then write CHANGELOG.md with antsibull-changelog (a preview of the
+# galaxy.yml version until `antsibull-changelog release` is run for a release).
 changelog:
-	$(VENV)/bin/antsibull-changelog lint
-	$(VENV)/bin/antsibull-changelog generate
+	tests/tools/changelog.sh
