@@ -17,8 +17,7 @@ bootstrap:
 
 # All tests: unit (no daemons), integration (real containerd/dockerd), Molecule (real systemd nodes).
 test: bootstrap
-	$(MAKE) --no-print-directory galaxy-import sanity
-	$(VENV)/bin/antsibull-changelog lint
+	$(MAKE) --no-print-directory galaxy-import sanity compat
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/molecule
 
 unit: bootstrap
@@ -43,7 +42,7 @@ lint: bootstrap
 	PATH=$(REPO)/.cache/lint-venv/bin:$$PATH .cache/lint-venv/bin/ansible-lint
 
 # Publishing checks (also part of `make test`).
-.PHONY: sanity galaxy-import role-docs changelog docs-check
+.PHONY: sanity galaxy-import role-docs changelog compat
 # ansible-test sanity, offline: every default test on the controller Python.
 sanity:
 	tests/sanity/run.sh
@@ -60,3 +59,7 @@ role-docs:
 # galaxy.yml version until `antsibull-changelog release` is run for a release).
 changelog:
 	tests/tools/changelog.sh
+
+# Unit tests and one integration path on the oldest supported ansible-core (2.16, own venv).
+compat:
+	tests/compat/run.sh

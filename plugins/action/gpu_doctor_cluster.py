@@ -41,6 +41,8 @@ class ActionModule(ValidatedAction):
         try:
             from kubernetes import config as kube_config
         except ImportError:
+            kube_config = None
+        if kube_config is None:  # raised outside the except clause: the result carries no traceback
             raise AnsibleActionFail("%s Install it on the controller: %s -m pip install kubernetes" % (
                 missing_required_lib("kubernetes", reason="to read the cluster"), sys.executable))
         result["changed"] = False
