@@ -18,7 +18,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "integration")]
-import conftest  # noqa: F401,E402  pylint: disable=unused-import  (makes the collection importable)
+# conftest makes the collection importable.
+import conftest  # noqa: F401,E402  pylint: disable=unused-import
 import daemons  # noqa: E402
 from ansible_runner import run_module  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri  # noqa: E402

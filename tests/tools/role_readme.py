@@ -72,7 +72,7 @@ def role_readme(role_dir):
     if BEGIN not in text or END not in text:
         raise ValueError("%s: no %r ... %r markers for the variables table" % (readme, BEGIN, END))
     head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    tail = rest.split(END, 1)[1]
     return text, head + BEGIN + "\n" + table(specs) + "\n" + END + tail
 
 
