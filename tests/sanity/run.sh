@@ -41,6 +41,7 @@ cd "$dest"
 # ignores .cache/.
 git init -q . && git add -A
 start=$(date +%s)
+# Each line stamped with the time, so that the duration of every test can be read from the log.
 "$venv/bin/ansible-test" sanity --requirements --python "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
-  --color no "$@"
+  --color no "$@" 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done
 echo "ansible-test sanity: $(( $(date +%s) - start )) s"
