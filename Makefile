@@ -15,9 +15,12 @@ export PATH := $(VENV)/bin:$(PATH)
 bootstrap:
 	tests/testbed/bootstrap.sh
 
-# All tests: unit (no daemons), integration (real containerd/dockerd), Molecule (real systemd nodes).
+# All tests: Galaxy import, ansible-test sanity, the oldest ansible-core (2.16), then unit (no daemons),
+# integration (real containerd/dockerd), Molecule (real systemd nodes).
 test: bootstrap
-	$(MAKE) --no-print-directory galaxy-import sanity compat
+	tests/galaxy/import.sh
+	tests/sanity/run.sh
+	tests/compat/run.sh
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/molecule
 
 unit: bootstrap
