@@ -21,9 +21,10 @@ tarball=$(ls "$out"/*.tar.gz)
 
 start=$(date +%s)
 # HOME under .cache: ansible-lint and ansible-doc write caches there; the user's own config is not read.
-env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH \
+# Run from $out: the importer writes importer_result.json into the current directory.
+(cd "$out" && env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH \
   GALAXY_IMPORTER_CONFIG="$repo/tests/galaxy/importer.cfg" HOME="$repo/$out/home" PATH="$repo/$venv/bin:$PATH" \
-  "$venv/bin/python" -m galaxy_importer.main --print-result "$tarball" >"$out/import.log" 2>&1 || {
+  "$repo/$venv/bin/python" -m galaxy_importer.main --print-result "$repo/$tarball") >"$out/import.log" 2>&1 || {
     cat "$out/import.log"; echo "galaxy-importer failed on $tarball"; exit 1; }
 grep -vE '^\{' "$out/import.log" || true
 # The importer reports most findings as log lines and still exits 0: any ERROR fails the check.
