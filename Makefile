@@ -15,8 +15,12 @@ export PATH := $(VENV)/bin:$(PATH)
 bootstrap:
 	tests/testbed/bootstrap.sh
 
-# All tests: unit (no daemons), integration (real containerd/dockerd), Molecule (real systemd nodes).
+# All tests: Galaxy import, ansible-test sanity, the oldest ansible-core (2.16), then unit (no daemons),
+# integration (real containerd/dockerd), Molecule (real systemd nodes).
 test: bootstrap
+	tests/galaxy/import.sh
+	tests/sanity/run.sh
+	tests/compat/run.sh
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/molecule
 
 unit: bootstrap
@@ -39,3 +43,26 @@ lint: bootstrap
 	test -x .cache/lint-venv/bin/ansible-lint || { python3 -m venv .cache/lint-venv && \
 	  .cache/lint-venv/bin/pip install -q ansible-core==2.19.14 ansible-lint==26.10.1 tomlkit kubernetes; }
 	PATH=$(REPO)/.cache/lint-venv/bin:$$PATH .cache/lint-venv/bin/ansible-lint
+
+# Publishing checks (also part of `make test`).
+.PHONY: sanity galaxy-import role-docs changelog compat
+# ansible-test sanity, offline: every default test on the controller Python.
+sanity:
+	tests/sanity/run.sh
+
+# The built tarball as Galaxy's importer sees it (galaxy-importer in .cache/importer-venv).
+galaxy-import:
+	tests/galaxy/import.sh
+
+# Regenerate the variables tables of roles/*/README.md from meta/argument_specs.yml.
+role-docs:
+	$(PY) tests/tools/role_readme.py
+
+# Check the changelog fragments, then write CHANGELOG.md with antsibull-changelog (a preview of the
+# galaxy.yml version until `antsibull-changelog release` is run for a release).
+changelog:
+	tests/tools/changelog.sh
+
+# Unit tests and one integration path on the oldest supported ansible-core (2.16, own venv).
+compat:
+	tests/compat/run.sh

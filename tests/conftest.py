@@ -15,3 +15,39 @@ if not os.path.islink(_link):
     os.symlink(REPO, _link)
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
+
+
+def _support_oldest_ansible_core():
+    """The tests use two helpers of ansible-core >= 2.19; on 2.16-2.18 (make compat) give them the same
+    behaviour: `ansible.module_utils.testing.patch_module_args` and the `_internal.is_controller` flag."""
+    import contextlib
+    import json
+    import types
+    from unittest import mock
+
+    import ansible.module_utils
+    from ansible.module_utils import basic
+
+    try:
+        import ansible.module_utils.testing  # noqa: F401  pylint: disable=unused-import
+    except ImportError:
+        @contextlib.contextmanager
+        def patch_module_args(args=None):
+            payload = json.dumps({"ANSIBLE_MODULE_ARGS": args or {}}).encode()
+            with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
+                yield
+
+        testing = types.ModuleType("ansible.module_utils.testing")
+        testing.patch_module_args = patch_module_args
+        sys.modules[testing.__name__] = testing
+        ansible.module_utils.testing = testing
+    try:
+        from ansible.module_utils import _internal  # noqa: F401  pylint: disable=unused-import
+    except ImportError:
+        internal = types.ModuleType("ansible.module_utils._internal")
+        internal.is_controller = False
+        sys.modules[internal.__name__] = internal
+        ansible.module_utils._internal = internal  # pylint: disable=protected-access
+
+
+_support_oldest_ansible_core()

@@ -11,9 +11,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import sys
 import time
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
@@ -36,7 +38,7 @@ ARGUMENT_SPEC = dict(
     parallelism=dict(type="int", default=32),
     report_path=dict(type="path"),
 )
-INSTALL_HINT = "pip install kubernetes (on the controller, in the Python that runs ansible)"
+INSTALL_HINT = "Install it on the controller: %s -m pip install kubernetes" % sys.executable
 
 
 def node_targets(nodes):
@@ -59,7 +61,8 @@ class ActionModule(ValidatedAction):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
         if not cv.HAS_KUBERNETES:
-            raise AnsibleActionFail("gpu_cluster_check needs the Kubernetes Python client: %s" % INSTALL_HINT)
+            raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="to run the cluster check"),
+                                               INSTALL_HINT))
         if args["timeout"] <= 0 or args["parallelism"] <= 0 or args["poll_interval"] <= 0:
             raise AnsibleActionFail("timeout, parallelism and poll_interval must be positive")
         try:

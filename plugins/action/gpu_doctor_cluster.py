@@ -12,7 +12,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import sys
+
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_cluster import (
@@ -38,8 +41,10 @@ class ActionModule(ValidatedAction):
         try:
             from kubernetes import config as kube_config
         except ImportError:
-            raise AnsibleActionFail("gpu_doctor_cluster needs the Python package 'kubernetes' on the controller "
-                                    "(pip install -r requirements.txt)")
+            kube_config = None
+        if kube_config is None:  # raised outside the except clause: the result carries no traceback
+            raise AnsibleActionFail("%s Install it on the controller: %s -m pip install kubernetes" % (
+                missing_required_lib("kubernetes", reason="to read the cluster"), sys.executable))
         result["changed"] = False
         try:
             api = kube_config.new_client_from_config(config_file=args["kubeconfig"], context=args["context"])

@@ -440,7 +440,7 @@ def processes(node):
         raw = node.read("/proc/%s/cmdline" % pid)
         if not raw:
             continue  # kernel thread or gone
-        argv = [a for a in raw.split("\0")]
+        argv = list(raw.split("\0"))
         while argv and argv[-1] == "":
             argv.pop()
         if len(argv) == 1 and " " in argv[0]:

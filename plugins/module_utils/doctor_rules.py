@@ -35,10 +35,7 @@ import re
 import time
 import traceback
 
-try:  # Python 3
-    from urllib.request import urlopen
-except ImportError:  # pragma: no cover
-    from urllib2 import urlopen
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import (
@@ -302,8 +299,8 @@ def check_nvidia_elsewhere(rule, ctx):
         evidence += instance_evidence(instance) + [kubelet_evidence(ctx)] + instance_evidence(target)
         if target_ok:
             message = ("%s also defines runtime \"%s\", but kubelet uses %s, which has a working one: the "
-                       "other instance's runtime is not used by Kubernetes." % (describe(instance), ctx.runtime_name,
-                                                                              describe(target)))
+                       "other instance's runtime is not used by Kubernetes."
+                       % (describe(instance), ctx.runtime_name, describe(target)))
             found.append(finding(rule, message, evidence, manual_fix(
                 "Nothing to do for Kubernetes; remove the runtime from %s if it is a leftover."
                 % instance["config_path"]), severity="info"))
@@ -354,7 +351,8 @@ def healthz_url(ctx, given):
 def probe_healthz(url, timeout=3.0):
     """(ok, detail) of kubelet's /healthz."""
     try:
-        response = urlopen(url, timeout=timeout)
+        # No proxy: the address is the node's own kubelet.
+        response = open_url(url, timeout=timeout, use_proxy=False)
         body = response.read(200).decode("utf-8", "replace").strip()
         return (response.getcode() == 200 and body == "ok"), "HTTP %s %r" % (response.getcode(), body)
     except Exception as exc:  # URLError, socket errors, HTTP errors: all mean "not healthy"

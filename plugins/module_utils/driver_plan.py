@@ -411,8 +411,8 @@ def driver_action(request, gpus, installed, flavour):
         changes.append("branch %s is asked for, %s is on the node" % (branch, installed["branch"]))
     if (request.get("flavour") in ("open", "proprietary") and installed["loaded_flavour"]
             and installed["loaded_flavour"] != request.get("flavour")):
-        changes.append("%s modules are asked for, %s are loaded" % (request.get("flavour"),
-                                                                     installed["loaded_flavour"]))
+        changes.append("%s modules are asked for, %s are loaded"
+                       % (request.get("flavour"), installed["loaded_flavour"]))
     if not changes:
         return "keep", "%s is left alone (pre-installed drivers are never reinstalled)" % what
     if request.get("allow_upgrade"):
@@ -707,8 +707,8 @@ def driver_commands(plan, action):
         commands.append(_install_command(manager, plan["headers"]))
     if plan["module_stream"]:
         verb = "switch-to" if action == "upgrade" else "enable"
-        commands.append("dnf -y module %s %s%s" % (verb, plan["module_stream"],
-                                                    " --allowerasing" if verb == "switch-to" else ""))
+        allow_erasing = " --allowerasing" if verb == "switch-to" else ""
+        commands.append("dnf -y module %s %s%s" % (verb, plan["module_stream"], allow_erasing))
     if plan["versionlock"]:
         commands.append("dnf install -y python3-dnf-plugin-versionlock")
         commands.append("dnf versionlock add %s" % " ".join("'%s'" % p for p in plan["versionlock"]))

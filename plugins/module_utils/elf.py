@@ -201,7 +201,7 @@ class ElfFile(object):
             return
         size = struct.calcsize(fmt)
         offset = 0
-        for _ in range(min(count or MAX_ENTRIES, MAX_ENTRIES)):
+        for _unused in range(min(count or MAX_ENTRIES, MAX_ENTRIES)):
             if offset + size > len(data):
                 raise ElfError("%s: version section runs past its end" % self.path)
             fields = struct.unpack_from(self.endian + fmt, data, offset)
@@ -213,7 +213,7 @@ class ElfFile(object):
 
     def _aux_chain(self, data, offset, count, fmt, pick):
         size = struct.calcsize(fmt)
-        for _ in range(min(count, MAX_ENTRIES)):
+        for _unused in range(min(count, MAX_ENTRIES)):
             if offset + size > len(data):
                 raise ElfError("%s: version section runs past its end" % self.path)
             fields = struct.unpack_from(self.endian + fmt, data, offset)

@@ -37,7 +37,7 @@ _JSON_PAIR_RE = re.compile(
 def is_secret_key(key):
     """True when a key name (possibly dotted or quoted) holds a credential."""
     name = str(key).strip().strip("\"'")
-    return bool(SECRET_KEY_RE.match(name.split(".")[-1]))
+    return bool(SECRET_KEY_RE.match(name.rsplit(".", 1)[-1]))
 
 
 def _mask_match(match):

@@ -30,7 +30,7 @@ description:
     file changed since it was read (O(expected_sha256)).
   - Needs only the Python standard library on the node.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   path:
     description: The configuration file.
@@ -91,10 +91,12 @@ options:
     default: "0644"
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details: O(op=read) and O(op=check) change nothing and run in check mode; O(op=write) and O(op=remove)
       report and skip.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: The calling action plugin builds the diff, with credentials masked.
 """

@@ -37,7 +37,7 @@ description:
   - Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and
     SELinux context. Values of credential keys are masked in the diff and in returned values.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   path:
     description:
@@ -115,11 +115,14 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Credential values are masked.
   action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
 requirements:
   - tomlkit (controller)
@@ -245,10 +248,26 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
+# The same options as the action plugin validates (tests/unit/test_module_docs.py keeps them equal),
+# so that the documentation is checked against them.
+ARGUMENT_SPEC = dict(
+    path=dict(type="path"),
+    name=dict(type="str", default="nvidia"),
+    binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
+    set_as_default=dict(type="bool", default=False),
+    cdi=dict(type="bool", default=False),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    containerd_binary=dict(type="str", default="containerd"),
+    validate=dict(type="bool", default=True),
+    backup=dict(type="bool", default=False),
+    allow_missing_binary=dict(type="bool", default=False),
+    allow_path_mismatch=dict(type="bool", default=False),
+)
+
 
 def main():
     # The work is done by the action plugin of the same name; running this file directly is a misuse.
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.fail_json(msg="gpunode.nvidia.containerd_runtime runs through its action plugin; "
                          "call it as a task, not as a raw module.")
 

@@ -25,7 +25,7 @@ description:
   - Needs only Python's standard library on the node (a built-in gRPC/HTTP/2 client); no C(crictl).
   - Read-only; never changes anything.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   socket:
     description:
@@ -43,19 +43,21 @@ options:
     description:
       - Seconds to wait until the runtime answers and C(Status) reports C(RuntimeReady) true, for example
         right after a restart. Connection errors are retried during that time.
-      - V(0) asks once and does not wait; a runtime that answers but is not ready then gives O(ready=false)
+      - V(0) asks once and does not wait; a runtime that answers but is not ready then gives RV(ready=false)
         without failing.
       - When the time runs out the task fails with the last error or the runtime's conditions.
     type: int
     default: 0
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
-  - C(NetworkReady) is false on a node without CNI configuration; that does not make O(ready) false,
+  - C(NetworkReady) is false on a node without CNI configuration; that does not make RV(ready) false,
     which follows C(RuntimeReady) as kubelet's runtime check does.
   - Tested against Debian's containerd 1.6.20, 1.7.24 and 2.1.9. CRI-O and cri-dockerd speak the same API
     but were not available for testing.

@@ -32,7 +32,7 @@ description:
   - CRI-O is not installable on the machines this collection is tested on; this module is
     covered by unit tests only.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   path:
     description: The drop-in file. Its directory is CRI-O's drop-in directory (C(--config-dir)).
@@ -74,8 +74,10 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
 seealso:
   - module: gpunode.nvidia.docker_runtime

@@ -41,7 +41,7 @@ description:
     SIGHUP), which picks up C(runtimes) and C(default-runtime) without stopping containers.
   - Needs only the Python standard library on the node.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   path:
     description: The daemon configuration file dockerd reads (its C(--config-file)).
@@ -115,9 +115,11 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The candidate is still validated (in a temporary file beside O(path), removed afterwards).
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Credentials (keys such as C(auth), C(password), C(token)) are masked.
 seealso:

@@ -22,7 +22,7 @@ description:
   - Runs on the controller (an action plugin). Files are written in check mode too (they are local artifacts of
     the run); the task never reports a change.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   hosts:
     description: Inventory names of the hosts that were diagnosed.

@@ -35,7 +35,7 @@ description:
   - Returns a summary table per node (GPU count, driver, runtime, result, duration) and writes it as JSON to
     O(report_path).
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   kubeconfig:
     description: The kubeconfig file on the controller. Default, C(KUBECONFIG) or C(~/.kube/config).
@@ -106,11 +106,14 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details: Reads the RuntimeClass and reports whether it would be created; runs no pod and writes no report.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: Runs on the controller; use C(run_once) in a play over the GPU nodes.
 requirements:

@@ -17,7 +17,7 @@ description:
     driver, toolkit, glibc), works out what each runtime instance really runs, and returns one finding per problem,
     each with its evidence (file and line, process, socket, version) and its fix (the collection variables to set
     and the playbook to run; for clusters whose toolkit is managed by NVIDIA's GPU operator, the Helm values too).
-  - "What a containerd runs is read from three sources, each named in O(sources): its files (the config and every
+  - "What a containerd runs is read from three sources, each named in RV(sources): its files (the config and every
     import, merged the way containerd 1.x and 2.x merge them; always, for file and line), C(containerd --config FILE
     config dump) (live node only: the daemon's own reading of the file), and the running daemon over CRI
     (O(query_cri): what it loaded, which shows edits never followed by a restart)."
@@ -27,7 +27,7 @@ description:
   - The rules, their severities and how each is tested are listed in C(docs/diagnose.md) of the collection.
   - Standard library only on the managed node (Python 3.6+).
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   root:
     description:
@@ -85,11 +85,11 @@ findings:
   type: list
   elements: dict
   contains:
-    rule: {description: Stable rule id (see C(docs/diagnose.md))., type: str, sample: nvidia-runtime-missing}
-    severity: {description: C(critical), C(warning) or C(info)., type: str}
-    incident: {description: The field guide's incident (C(I1) to C(I7)) or null., type: str, sample: I1}
-    title: {description: The rule's one-line title., type: str}
-    message: {description: What is wrong on this node, naming the files, sockets and services involved., type: str}
+    rule: {description: "Stable rule id (see C(docs/diagnose.md)).", type: str, sample: nvidia-runtime-missing}
+    severity: {description: "C(critical), C(warning) or C(info).", type: str}
+    incident: {description: "The field guide's incident (C(I1) to C(I7)) or null.", type: str, sample: I1}
+    title: {description: "The rule's one-line title.", type: str}
+    message: {description: "What is wrong on this node, naming the files, sockets and services involved.", type: str}
     evidence:
       description: >-
         What shows it. Each entry has a C(kind): C(file) (C(path), C(line), C(text) of that line, C(note)),
@@ -101,10 +101,10 @@ findings:
       description: How to fix it.
       type: dict
       contains:
-        summary: {description: What to do., type: str}
-        playbook: {description: The collection playbook that fixes it (C(playbooks/site.yml)) or null., type: str}
-        vars: {description: Collection variables to set for that playbook run., type: dict}
-        commands: {description: Commands to run on the node when no playbook does it., type: list, elements: str}
+        summary: {description: "What to do.", type: str}
+        playbook: {description: "The collection playbook that fixes it (C(playbooks/site.yml)) or null.", type: str}
+        vars: {description: "Collection variables to set for that playbook run.", type: dict}
+        commands: {description: "Commands to run on the node when no playbook does it.", type: list, elements: str}
         gpu_operator:
           description: >-
             Present when the NVIDIA GPU operator manages the toolkit and the runtime's paths are not the defaults:
@@ -173,9 +173,9 @@ def main():
     if not os.path.isdir(root):
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
     result = diagnose_safely(root, query_cri=module.params["query_cri"],
-                      given_healthz_url=module.params["kubelet_healthz_url"],
-                      runtime_name=module.params["runtime_name"], cri_timeout=module.params["cri_timeout"],
-                      run=None)
+                             given_healthz_url=module.params["kubelet_healthz_url"],
+                             runtime_name=module.params["runtime_name"], cri_timeout=module.params["cri_timeout"],
+                             run=None)
     module.exit_json(changed=False, **result)
 
 

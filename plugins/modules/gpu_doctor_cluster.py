@@ -29,7 +29,7 @@ description:
   - Runs on the controller (an action plugin), whatever host the task targets; needs the C(kubernetes) package in
     the controller's Python (C(requirements.txt)).
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   kubeconfig:
     description: Path of the kubeconfig on the controller.

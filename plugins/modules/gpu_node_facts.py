@@ -26,7 +26,7 @@ description:
   - Standard library only on the managed node.
   - C(docs/discovery.md) in the collection explains how the target is chosen, per platform.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   root:
     description:
@@ -90,76 +90,76 @@ ansible_facts:
           type: list
           elements: dict
           contains:
-            pci_address: {description: PCI address., type: str, sample: "0000:65:00.0"}
-            vendor_id: {description: Always C(0x10de)., type: str}
-            device_id: {description: PCI device id., type: str, sample: "0x2330"}
-            class: {description: PCI class., type: str, sample: "0x030200"}
-            driver: {description: Kernel driver bound to the device (C(nvidia), C(nouveau), C(vfio-pci)) or null., type: str}
+            pci_address: {description: "PCI address.", type: str, sample: "0000:65:00.0"}
+            vendor_id: {description: "Always C(0x10de).", type: str}
+            device_id: {description: "PCI device id.", type: str, sample: "0x2330"}
+            class: {description: "PCI class.", type: str, sample: "0x030200"}
+            driver: {description: "Kernel driver bound to the device (C(nvidia), C(nouveau), C(vfio-pci)) or null.", type: str}
         driver:
           description: The NVIDIA kernel driver.
           type: dict
           contains:
-            loaded: {description: C(/proc/driver/nvidia/version) exists or the C(nvidia) module is loaded., type: bool}
-            version: {description: Loaded driver version., type: str, sample: "535.129.03"}
-            flavour: {description: C(open) or C(proprietary) kernel modules, from the version banner., type: str}
-            module_loaded: {description: C(nvidia) is listed in C(/proc/modules)., type: bool}
-            nouveau_loaded: {description: C(nouveau) is listed in C(/proc/modules)., type: bool}
-            packages: {description: Installed NVIDIA driver packages and their versions., type: dict}
-            package_db: {description: C(dpkg), C(rpm) or null when no package database could be read., type: str}
+            loaded: {description: "C(/proc/driver/nvidia/version) exists or the C(nvidia) module is loaded.", type: bool}
+            version: {description: "Loaded driver version.", type: str, sample: "535.129.03"}
+            flavour: {description: "C(open) or C(proprietary) kernel modules, from the version banner.", type: str}
+            module_loaded: {description: "C(nvidia) is listed in C(/proc/modules).", type: bool}
+            nouveau_loaded: {description: "C(nouveau) is listed in C(/proc/modules).", type: bool}
+            packages: {description: "Installed NVIDIA driver packages and their versions.", type: dict}
+            package_db: {description: "C(dpkg), C(rpm) or null when no package database could be read.", type: str}
         toolkit:
           description: NVIDIA container toolkit files in C(/usr/bin), C(/usr/local/bin) and C(/usr/local/nvidia/toolkit).
           type: dict
           contains:
-            installed: {description: At least one toolkit binary exists., type: bool}
-            runtime_path: {description: First C(nvidia-container-runtime) found (the C(BinaryName) to use)., type: str}
+            installed: {description: "At least one toolkit binary exists.", type: bool}
+            runtime_path: {description: "First C(nvidia-container-runtime) found (the C(BinaryName) to use).", type: str}
             binaries:
               description: One entry per binary.
               type: list
               elements: dict
               contains:
-                name: {description: File name., type: str}
-                path: {description: Path on the node., type: str}
-                elf: {description: An ELF file (false for wrapper scripts)., type: bool}
-                requires_glibc: {description: Highest C(GLIBC_x.y) it requires., type: str, sample: "2.27"}
-                glibc_ok: {description: The node's glibc defines every version it requires., type: bool}
-                version: {description: Version from the package database or from C(--version)., type: str}
-                version_source: {description: C(package NAME) or C(--version)., type: str}
-            libraries: {description: C(libnvidia-container*.so*) files found., type: list, elements: str}
-            packages: {description: Installed toolkit packages and versions., type: dict}
-            version: {description: Toolkit version (package C(nvidia-container-toolkit) or a binary's)., type: str}
-            glibc_ok: {description: Every toolkit binary and library can be loaded by the node's glibc., type: bool}
+                name: {description: "File name.", type: str}
+                path: {description: "Path on the node.", type: str}
+                elf: {description: "An ELF file (false for wrapper scripts).", type: bool}
+                requires_glibc: {description: "Highest C(GLIBC_x.y) it requires.", type: str, sample: "2.27"}
+                glibc_ok: {description: "The node's glibc defines every version it requires.", type: bool}
+                version: {description: "Version from the package database or from C(--version).", type: str}
+                version_source: {description: "C(package NAME) or C(--version).", type: str}
+            libraries: {description: "C(libnvidia-container*.so*) files found.", type: list, elements: str}
+            packages: {description: "Installed toolkit packages and versions.", type: dict}
+            version: {description: "Toolkit version (package C(nvidia-container-toolkit) or a binary's).", type: str}
+            glibc_ok: {description: "Every toolkit binary and library can be loaded by the node's glibc.", type: bool}
         glibc:
           description: The node's glibc and the glibc check of every toolkit binary and library (incident I4).
           type: dict
           contains:
-            version: {description: Node glibc version., type: str, sample: "2.36"}
-            path: {description: The C(libc.so.6) the loader uses, as it names it., type: str, sample: /lib/x86_64-linux-gnu/libc.so.6}
+            version: {description: "Node glibc version.", type: str, sample: "2.36"}
+            path: {description: "The C(libc.so.6) the loader uses, as it names it.", type: str, sample: /lib/x86_64-linux-gnu/libc.so.6}
             method:
               description: >-
                 How the version was read: C(banner) (the release string inside libc), C(verdef) (the highest
                 version libc defines) or C(file-name) (C(libc-2.17.so) on old distributions).
               type: str
-            defined_max: {description: Highest C(GLIBC_x.y) that C(libc.so.6) defines., type: str}
-            ok: {description: No check failed., type: bool}
-            failures: {description: The loader message of each failing file., type: list, elements: str}
+            defined_max: {description: "Highest C(GLIBC_x.y) that C(libc.so.6) defines.", type: str}
+            ok: {description: "No check failed.", type: bool}
+            failures: {description: "The loader message of each failing file.", type: list, elements: str}
             checks:
               description: One per toolkit file.
               type: list
               elements: dict
               contains:
-                path: {description: File checked., type: str}
-                elf: {description: An ELF file., type: bool}
-                requires: {description: Highest C(GLIBC_x.y) required., type: str}
-                host: {description: Node glibc version., type: str}
-                ok: {description: Loadable; null when the ELF file could not be read., type: bool}
-                missing: {description: Required versions the node's libraries do not define, in loader order., type: list, elements: str}
+                path: {description: "File checked.", type: str}
+                elf: {description: "An ELF file.", type: bool}
+                requires: {description: "Highest C(GLIBC_x.y) required.", type: str}
+                host: {description: "Node glibc version.", type: str}
+                ok: {description: "Loadable; null when the ELF file could not be read.", type: bool}
+                missing: {description: "Required versions the node's libraries do not define, in loader order.", type: list, elements: str}
                 messages:
                   description: >-
                     One dynamic-loader message per missing version, in the loader's order, e.g.
                     C(/lib64/libc.so.6: version 'GLIBC_2.27' not found (required by /usr/bin/nvidia-container-cli)).
                   type: list
                   elements: str
-                message: {description: The message for the highest missing version., type: str}
+                message: {description: "The message for the highest missing version.", type: str}
                 summary: {description: "C(requires GLIBC_2.27, host has 2.26)", type: str}
         runtimes:
           description: Every container runtime instance on the node, running or installed as a service.
@@ -167,68 +167,68 @@ ansible_facts:
           elements: dict
           contains:
             id: {description: "C(KIND:SOCKET)", type: str, sample: "containerd:/run/containerd/containerd.sock"}
-            kind: {description: C(containerd), C(docker) or C(crio)., type: str}
+            kind: {description: "C(containerd), C(docker) or C(crio).", type: str}
             platform:
               description: >-
                 C(distro) (a distribution or upstream C(containerd.service)), C(eks-al2), C(eks-al2023), C(k8s-snap)
                 (Canonical Kubernetes), C(microk8s), C(k3s), C(rke2), C(k0s), C(docker), C(docker-managed)
                 (dockerd's private containerd) or C(crio).
               type: str
-            service: {description: systemd service that runs it (from the process's cgroup or the unit files)., type: str}
-            running: {description: A process serves it now., type: bool}
-            pid: {description: Process id when running., type: int}
-            binary: {description: Daemon binary., type: str}
-            version: {description: Daemon version., type: str}
-            version_source: {description: C(package NAME) or C(--version)., type: str}
-            socket: {description: Socket it serves, as configured., type: str}
-            cri_socket: {description: For Docker, the cri-dockerd socket kubelet would use., type: str}
-            containerd_socket: {description: For Docker, the containerd named by C(--containerd) or C(daemon.json)., type: str}
-            config_path: {description: The file the daemon reads., type: str}
-            config_exists: {description: That file exists., type: bool}
+            service: {description: "systemd service that runs it (from the process's cgroup or the unit files).", type: str}
+            running: {description: "A process serves it now.", type: bool}
+            pid: {description: "Process id when running.", type: int}
+            binary: {description: "Daemon binary.", type: str}
+            version: {description: "Daemon version.", type: str}
+            version_source: {description: "C(package NAME) or C(--version).", type: str}
+            socket: {description: "Socket it serves, as configured.", type: str}
+            cri_socket: {description: "For Docker, the cri-dockerd socket kubelet would use.", type: str}
+            containerd_socket: {description: "For Docker, the containerd named by C(--containerd) or C(daemon.json).", type: str}
+            config_path: {description: "The file the daemon reads.", type: str}
+            config_exists: {description: "That file exists.", type: bool}
             config_version: {description: "containerd's C(version = N) (1 when the file has none); null for Docker and CRI-O", type: int}
-            imports: {description: containerd C(imports) globs., type: list, elements: str}
-            dropin_dir: {description: Directory of drop-ins the daemon reads., type: str}
-            disabled_plugins: {description: containerd C(disabled_plugins)., type: list, elements: str}
-            edit_path: {description: The file (or drop-in directory) to edit; null when the file must not be edited., type: str}
-            edit_mode: {description: C(main), C(template) (MicroK8s, k3s, RKE2), C(dropin) (k0s, CRI-O) or C(none)., type: str}
-            regenerated_by: {description: What rewrites I(config_path) (C(microk8s), C(k3s), C(rke2), C(k0s), C(nodeadm), C(dockerd))., type: str}
-            platform_config: {description: The platform's own config file (C(/etc/rancher/k3s/config.yaml))., type: str}
-            nvidia_autodetect: {description: The platform adds an C(nvidia) runtime by itself when C(/usr/bin/nvidia-container-runtime) exists., type: bool}
-            used_by: {description: Other daemons that use this instance (C(docker))., type: list, elements: str}
-            sources: {description: Where it was found (C(process), C(unit), C(args-file))., type: list, elements: str}
-            enabled: {description: The service is enabled., type: bool}
+            imports: {description: "containerd C(imports) globs.", type: list, elements: str}
+            dropin_dir: {description: "Directory of drop-ins the daemon reads.", type: str}
+            disabled_plugins: {description: "containerd C(disabled_plugins).", type: list, elements: str}
+            edit_path: {description: "The file (or drop-in directory) to edit; null when the file must not be edited.", type: str}
+            edit_mode: {description: "C(main), C(template) (MicroK8s, k3s, RKE2), C(dropin) (k0s, CRI-O) or C(none).", type: str}
+            regenerated_by: {description: "What rewrites I(config_path) (C(microk8s), C(k3s), C(rke2), C(k0s), C(nodeadm), C(dockerd)).", type: str}
+            platform_config: {description: "The platform's own config file (C(/etc/rancher/k3s/config.yaml)).", type: str}
+            nvidia_autodetect: {description: "The platform adds an C(nvidia) runtime by itself when C(/usr/bin/nvidia-container-runtime) exists.", type: bool}
+            used_by: {description: "Other daemons that use this instance (C(docker)).", type: list, elements: str}
+            sources: {description: "Where it was found (C(process), C(unit), C(args-file)).", type: list, elements: str}
+            enabled: {description: "The service is enabled.", type: bool}
             restart:
               description: How the instance picks up a changed config.
               type: dict
               contains:
-                method: {description: C(systemd), C(systemd-reload), C(snap), C(manual) or C(none)., type: str}
-                service: {description: Service to restart., type: str}
-                command: {description: Command that does it., type: str, sample: snap restart k8s.containerd}
-                also_restarts: {description: What restarts with it (C(kubelet) for k3s and RKE2)., type: list, elements: str}
-                note: {description: Anything else to know., type: str}
-            notes: {description: Platform notes (regenerated files, where to put settings)., type: list, elements: str}
-            is_target: {description: This is the target., type: bool}
-            used_by_kubelet: {description: kubelet's runtime endpoint is this instance's socket., type: bool}
+                method: {description: "C(systemd), C(systemd-reload), C(snap), C(manual) or C(none).", type: str}
+                service: {description: "Service to restart.", type: str}
+                command: {description: "Command that does it.", type: str, sample: snap restart k8s.containerd}
+                also_restarts: {description: "What restarts with it (C(kubelet) for k3s and RKE2).", type: list, elements: str}
+                note: {description: "Anything else to know.", type: str}
+            notes: {description: "Platform notes (regenerated files, where to put settings).", type: list, elements: str}
+            is_target: {description: "This is the target.", type: bool}
+            used_by_kubelet: {description: "kubelet's runtime endpoint is this instance's socket.", type: bool}
         kubelet:
           description: kubelet and the runtime endpoint it uses.
           type: dict
           contains:
-            running: {description: A kubelet (or a process embedding it) is running., type: bool}
-            pid: {description: Its process id., type: int}
-            binary: {description: Its binary., type: str}
-            installed: {description: kubelet is installed or configured (unit, flag file, config file, binary)., type: bool}
-            platform: {description: C(k8s-snap), C(microk8s), C(k3s), C(rke2), C(k0s) or null for a plain kubelet., type: str}
-            embedded_in: {description: C(k3s), C(rke2) or C(kubelite) when kubelet runs inside another process., type: str}
-            endpoint: {description: Runtime endpoint., type: str, sample: "unix:///run/containerd/containerd.sock"}
-            endpoint_socket: {description: The endpoint's socket path, C(/var/run) read as C(/run)., type: str}
+            running: {description: "A kubelet (or a process embedding it) is running.", type: bool}
+            pid: {description: "Its process id.", type: int}
+            binary: {description: "Its binary.", type: str}
+            installed: {description: "kubelet is installed or configured (unit, flag file, config file, binary).", type: bool}
+            platform: {description: "C(k8s-snap), C(microk8s), C(k3s), C(rke2), C(k0s) or null for a plain kubelet.", type: str}
+            embedded_in: {description: "C(k3s), C(rke2) or C(kubelite) when kubelet runs inside another process.", type: str}
+            endpoint: {description: "Runtime endpoint.", type: str, sample: "unix:///run/containerd/containerd.sock"}
+            endpoint_socket: {description: "The endpoint's socket path, C(/var/run) read as C(/run).", type: str}
             endpoint_source: {description: "C(flag), C(config), C(platform-default), C(kubelet-default) or C(legacy-dockershim)", type: str}
-            endpoint_origin: {description: The file (or C(/proc/PID/cmdline)) the endpoint was read from., type: str}
-            config_path: {description: KubeletConfiguration file., type: str}
+            endpoint_origin: {description: "The file (or C(/proc/PID/cmdline)) the endpoint was read from.", type: str}
+            config_path: {description: "KubeletConfiguration file.", type: str}
             config_dir: {description: "C(--config-dir) of KubeletConfiguration drop-ins (EKS AL2023)", type: str}
-            cgroup_driver: {description: C(systemd) or C(cgroupfs) when set., type: str}
+            cgroup_driver: {description: "C(systemd) or C(cgroupfs) when set.", type: str}
             legacy_container_runtime: {description: "C(docker) when kubelet is still started with C(--container-runtime docker) (incident I3)", type: str}
             service: {description: "systemd service of the running kubelet (from its cgroup), or null", type: str}
-            flag_sources: {description: Files and command lines the flags were read from, in order., type: list, elements: str}
+            flag_sources: {description: "Files and command lines the flags were read from, in order.", type: list, elements: str}
         target:
           description: >-
             The runtime instance to configure (same keys as a I(runtimes) entry, plus C(selected_by):

@@ -32,7 +32,7 @@ description:
     failure does.
   - Standard library only on the node (a built-in CRI client); no C(crictl) or C(kubectl).
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   engine:
     description:
@@ -92,11 +92,13 @@ options:
     type: str
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details:
       - Asks the runtime whether it has the handler and the image, and reports what it would pull or import;
         runs no workload and changes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the image that is pulled or imported.
 notes:
@@ -250,7 +252,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather, normalize_socket
-from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain, explain_first
+from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
 
 CRI_CALL_TIMEOUT = 60

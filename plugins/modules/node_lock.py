@@ -19,9 +19,9 @@ description:
   - The lock outlives the task (Ansible tasks are separate processes), so it is a lease, created
     atomically with C(O_EXCL) and owned by O(owner). A lease older than O(stale_after) seconds is
     taken over (a run that was killed cannot block the node forever).
-  - It reports C(changed=false): the lock is bookkeeping, not a change to the node.
+  - "It reports C(changed=false): the lock is bookkeeping, not a change to the node."
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   path:
     description: The lock file.
@@ -46,9 +46,11 @@ options:
     default: 3600
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The lock is taken in check mode too, so a check run does not read a half-applied change.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

@@ -30,7 +30,7 @@ description:
     C(mokutil --test-key) when efivars cannot answer.
   - Standard library only on the managed node.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   stage:
     description: Which installation to plan.
@@ -351,7 +351,7 @@ ARGUMENT_SPEC = dict(
     debian_signed_by=dict(type="str", default="/usr/share/keyrings/debian-archive-keyring.gpg"),
     repo_base=dict(type="str", default=""),
     repo_url=dict(type="str", default=""),
-    repo_key_url=dict(type="str", default=""),
+    repo_key_url=dict(type="str", default="", no_log=False),
     channel=dict(type="str", default="stable", choices=["stable", "experimental"]),
     version=dict(type="str", default=""),
     gpgcheck=dict(type="bool", default=True),

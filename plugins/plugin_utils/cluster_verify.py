@@ -34,7 +34,10 @@ try:
     HAS_KUBERNETES = True
 except ImportError:  # reported by the action plugin with the install line
     k8s = k8s_config = None
-    ApiException = Exception
+
+    class ApiException(Exception):
+        """Never raised: keeps the except clauses valid without the kubernetes package."""
+
     HAS_KUBERNETES = False
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -351,9 +354,12 @@ def summary_table(results):
     """Lines of a fixed-width table: node, GPU count (allocatable), driver, runtime, result, duration."""
     rows = table_rows(results)
     widths = [max([len(title)] + [len(row[key]) for row in rows]) for title, key in TABLE_COLUMNS]
-    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
-    lines = [line([title for title, _ in TABLE_COLUMNS])]
-    lines += [line([row[key] for _, key in TABLE_COLUMNS]) for row in rows]
+
+    def line(values):
+        return "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
+
+    lines = [line([title for title, _key in TABLE_COLUMNS])]
+    lines += [line([row[key] for _title, key in TABLE_COLUMNS]) for row in rows]
     return lines
 
 
@@ -371,4 +377,3 @@ def write_report(path, report):
     except Exception:
         os.unlink(temp)
         raise
-

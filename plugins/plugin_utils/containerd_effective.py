@@ -14,9 +14,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import tomlkit
+try:
+    import tomlkit
+except ImportError:  # reported by containerd_toml.require_tomlkit() with the install line
+    tomlkit = None
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import CRI_DUMP_PLUGINS, get_path
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
+    CRI_DUMP_PLUGINS, get_path, require_tomlkit)
 
 
 class GuardError(Exception):
@@ -25,6 +29,7 @@ class GuardError(Exception):
 
 def load_dump(text):
     """Parse `config dump` output (the node already named the candidate by its real path)."""
+    require_tomlkit()
     dump = tomlkit.parse(text).unwrap()
     # The list of files read is informational, and its order depends on file names.
     if isinstance(dump.get("imports"), list):

@@ -17,9 +17,18 @@ __metaclass__ = type
 import copy
 import json
 import re
+import sys
 
-import tomlkit
-from tomlkit.exceptions import ParseError
+from ansible.module_utils.basic import missing_required_lib
+
+try:
+    import tomlkit
+    from tomlkit.exceptions import ParseError
+except ImportError:  # reported by require_tomlkit() when an edit is planned
+    tomlkit = None
+
+    class ParseError(Exception):
+        """Never raised: keeps the except clauses valid without tomlkit."""
 
 try:  # Python 3.11+: the standard parser, with precise error positions
     import tomllib
@@ -48,6 +57,13 @@ INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("opt
 
 class ConfigError(Exception):
     """A config this module must not edit; the message says where and what to do."""
+
+
+def require_tomlkit():
+    """Fail with the install line when the controller has no tomlkit (a controller-side requirement)."""
+    if tomlkit is None:
+        raise ConfigError("%s Install it on the controller: %s -m pip install tomlkit" % (
+            missing_required_lib("tomlkit", reason="to edit containerd's config.toml"), sys.executable))
 
 
 class Plan(object):
@@ -168,6 +184,7 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
 
     `effective` is containerd's `config dump` of the current file, when known.
     """
+    require_tomlkit()
     original = text
     data = parse(text, path)
     try:
@@ -441,8 +458,7 @@ def _set_in_table(text, table_path, key_path, value, path):
 def _leaves(data, prefix=()):
     for key, value in data.items():
         if isinstance(value, dict) and value:
-            for leaf in _leaves(value, prefix + (key,)):
-                yield leaf
+            yield from _leaves(value, prefix + (key,))
         else:
             yield prefix + (key,), value
 

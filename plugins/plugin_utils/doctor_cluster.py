@@ -129,8 +129,8 @@ def runtimeclass_problem(runtimeclasses, name, handler):
     if found is None:
         return cluster_finding(
             "cluster-runtimeclass-missing", "The cluster has no RuntimeClass %s: pods with runtimeClassName: %s are "
-            "rejected (found: %s)." % (name, name, ", ".join(sorted((rc.get("metadata") or {}).get("name", "?")
-                                                                     for rc in runtimeclasses)) or "none"),
+            "rejected (found: %s)." % (name, name, ", ".join(sorted(
+                (rc.get("metadata") or {}).get("name", "?") for rc in runtimeclasses)) or "none"),
             [api_evidence("runtimeclasses.node.k8s.io", "no object named %s" % name)],
             _fix("Create the RuntimeClass (the role gpu_verify does when gpu_verify_kubeconfig is set).", [command],
                  manifest))

@@ -14,12 +14,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
-import html
 import json
 import textwrap
 
+import jinja2
+import markupsafe
+
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_rules import CATALOGUE, SEVERITIES
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_cluster import CLUSTER_CATALOGUE
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_report_html import CSS, JS, TEMPLATE
 
 SCHEMA = "gpunode.nvidia/diagnose-report"
 SCHEMA_VERSION = 1
@@ -135,8 +138,8 @@ def render_console(report, width=100, json_path=None, html_path=None):
 
 
 def _console_finding(item, node, width):
-    head = "  %s %s%s: " % (MARK[item["severity"]], "[%s] " % item["incident"] if item["incident"] else "",
-                             item["rule"])
+    incident = "[%s] " % item["incident"] if item["incident"] else ""
+    head = "  %s %s%s: " % (MARK[item["severity"]], incident, item["rule"])
     out = textwrap.wrap(head + item["message"], width, subsequent_indent="       ")
     where = next((e for e in item["evidence"] if e.get("kind") == "file" and e.get("line")), None)
     if where:
@@ -167,10 +170,7 @@ def _command_lines(fix, node):
 
 
 # --- HTML -------------------------------------------------------------------------------------------
-
-def _e(value):
-    return html.escape("" if value is None else str(value), quote=True)
-
+# The page is doctor_report_html.TEMPLATE (Jinja2, autoescaped); this part only prepares what it shows.
 
 def _slug(text):
     return "".join(c if c.isalnum() else "-" for c in text)
@@ -178,96 +178,48 @@ def _slug(text):
 
 def render_html(report):
     """One self-contained HTML file: inline CSS and JS, no network."""
-    rules = report["rules"]
     rows = [(n["name"], "node", n["findings"], n) for n in report["nodes"]]
     if report["cluster"]["checked"] or report["cluster"]["findings"]:
         rows.append((CLUSTER_ROW, "cluster", report["cluster"]["findings"], None))
-    parts = [HTML_HEAD % {"title": "GPU node diagnosis %s" % _e(report["generated_at"]), "css": CSS}]
-    parts.append(_header(report))
-    parts.append(_matrix(rules, rows))
-    parts.append('<div id="panel" class="panel" aria-live="polite"><p class="hint">Select a cell to see its '
-                 'findings.</p></div>')
-    parts.append('<section id="details"><h2>Findings</h2>')
-    for name, _scope, findings, node in rows:
-        parts.append(_node_details(name, findings, node))
-    parts.append("</section>")
-    parts.append('<script type="application/json" id="report-data">%s</script>' % _e(json.dumps(
-        {"summary": report["summary"], "nodes": [r[0] for r in rows]})))
-    parts.append('<pre id="report-state" hidden></pre>')
-    parts.append("<script>%s</script></body></html>" % JS)
-    return "\n".join(parts)
+    environment = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                                     undefined=jinja2.StrictUndefined)
+    return environment.from_string(TEMPLATE).render(
+        report=report, summary=report["summary"], severities=SEVERITIES, rules=report["rules"],
+        rows=[_row_view(report["rules"], *row) for row in rows],
+        report_data=json.dumps({"summary": report["summary"], "nodes": [row[0] for row in rows]}),
+        css=markupsafe.Markup(CSS), js=markupsafe.Markup(JS))
 
 
-def _header(report):
-    summary = report["summary"]
-    badges = "".join('<span class="badge sev-%s">%d %s</span>' % (s, summary[s], s) for s in SEVERITIES)
-    return ('<header><h1>GPU node diagnosis <span class="badge sev-%s" id="overall">%s</span></h1>'
-            '<p>%d node(s), %d without findings; generated %s; schema %s v%s</p><p>%s</p></header>' % (
-                summary["status"], summary["status"].upper(), summary["nodes"], summary["nodes_ok"],
-                _e(report["generated_at"]), _e(report["schema"]), report["schema_version"], badges))
-
-
-def _matrix(rules, rows):
-    head = "".join('<th class="rule" data-rule="%s" title="%s"><span>%s</span></th>' % (
-        _e(r["id"]), _e(r["title"]), _e(r["id"])) for r in rules)
-    body = []
-    for name, scope, findings, node in rows:
-        cells = []
-        diagnosed = node is None or node["reachable"] and not node["error"]
-        for rule in rules:
-            mine = [f for f in findings if f["rule"] == rule["id"]]
-            if rule["scope"] != scope:
-                cells.append('<td class="cell sev-na" data-severity="na" title="not applicable"></td>')
-                continue
-            if not diagnosed and not mine:
-                cells.append('<td class="cell sev-unknown" data-node="%s" data-rule="%s" data-severity="unknown" '
-                             'data-count="0" title="not diagnosed">?</td>' % (_e(name), _e(rule["id"])))
-                continue
+def _row_view(rules, name, scope, findings, node):
+    diagnosed = node is None or node["reachable"] and not node["error"]
+    cells = []
+    for rule in rules:
+        mine = [f for f in findings if f["rule"] == rule["id"]]
+        if rule["scope"] != scope:
+            cells.append({"state": "na", "rule": rule["id"]})
+        elif not diagnosed and not mine:
+            cells.append({"state": "unknown", "rule": rule["id"]})
+        else:
             severity = status_of(mine) if mine else "pass"
             if mine and severity == "ok":
                 severity = "info"
-            label = str(len(mine)) if mine else "&#10003;"
-            cells.append('<td class="cell sev-%s" data-node="%s" data-rule="%s" data-severity="%s" '
-                         'data-count="%d" tabindex="0" title="%s: %s">%s</td>' % (
-                             severity, _e(name), _e(rule["id"]), severity, len(mine), _e(name), _e(rule["id"]),
-                             label))
-        row_status = status_of(findings)
-        body.append('<tr class="node-row" data-node="%s" data-status="%s"><th class="node sev-%s">%s</th>%s</tr>' % (
-            _e(name), row_status, row_status, _e(name), "".join(cells)))
-    return ('<div class="matrix-wrap"><table id="matrix"><thead><tr><th class="corner">node \\ rule</th>%s</tr>'
-            '</thead><tbody>%s</tbody></table></div>' % (head, "".join(body)))
+            cells.append({"state": "result", "rule": rule["id"], "severity": severity, "count": len(mine)})
+    return {"name": name, "status": status_of(findings), "cells": cells,
+            "target_reason": (node or {}).get("target_reason"),
+            "findings": [_finding_view(name, index, item) for index, item in enumerate(findings)]}
 
 
-def _node_details(name, findings, node):
-    parts = ['<section class="node-details" data-node="%s"><h3>%s</h3>' % (_e(name), _e(name))]
-    if node and node.get("target_reason"):
-        parts.append('<p class="target">%s</p>' % _e(node["target_reason"]))
-    if not findings:
-        parts.append('<p class="none">No findings.</p>')
-    for index, item in enumerate(findings):
-        parts.append(_finding_html(name, index, item))
-    parts.append("</section>")
-    return "".join(parts)
-
-
-def _finding_html(node, index, item):
+def _finding_view(node, index, item):
     fix = item.get("fix") or {}
-    evidence = "".join("<li><b>%s</b> %s</li>" % (_e(e.get("kind")), _e(_evidence_text(e))) for e in item["evidence"])
-    fix_parts = ["<p>%s</p>" % _e(fix.get("summary"))]
     command = fix_command(fix, node if node != CLUSTER_ROW else None)
-    for line in ([command] if command else []) + list(fix.get("commands") or []):
-        fix_parts.append("<pre>$ %s</pre>" % _e(line))
-    if fix.get("gpu_operator"):
-        fix_parts.append("<p>GPU operator (%s):</p><pre>%s</pre>" % (
-            _e(fix["gpu_operator"].get("note")), _e(json.dumps(fix["gpu_operator"]["helm_values"], indent=2))))
-    if fix.get("manifest"):
-        fix_parts.append("<pre>%s</pre>" % _e(json.dumps(fix["manifest"], indent=2)))
-    return ('<details class="finding sev-%s" id="f-%s-%d" data-node="%s" data-rule="%s" data-severity="%s">'
-            '<summary><span class="badge sev-%s">%s</span> %s<code>%s</code> %s</summary>'
-            '<p class="message">%s</p><h4>Evidence</h4><ul class="evidence">%s</ul><h4>Fix</h4>%s</details>') % (
-        item["severity"], _slug(node), index, _e(node), _e(item["rule"]), item["severity"], item["severity"],
-        item["severity"], '<span class="incident">%s</span> ' % _e(item["incident"]) if item["incident"] else "",
-        _e(item["rule"]), _e(item["title"]), _e(item["message"]), evidence, "".join(fix_parts))
+    operator = fix.get("gpu_operator")
+    return dict(item, anchor="f-%s-%d" % (_slug(node), index), node=node,
+                evidence=[(e.get("kind"), _evidence_text(e)) for e in item["evidence"]],
+                fix_summary=fix.get("summary"),
+                fix_commands=([command] if command else []) + list(fix.get("commands") or []),
+                operator_note=operator.get("note") if operator else None,
+                operator_values=json.dumps(operator["helm_values"], indent=2) if operator else None,
+                manifest=json.dumps(fix["manifest"], indent=2) if fix.get("manifest") else None)
 
 
 def _evidence_text(evidence):
@@ -290,108 +242,3 @@ def _evidence_text(evidence):
     if kind == "api":
         return "%s: %s" % (evidence.get("object"), evidence.get("text"))
     return " ".join(str(evidence.get(k)) for k in ("text", "note") if evidence.get(k))
-
-
-HTML_HEAD = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%(title)s</title>
-<style>%(css)s</style></head><body>"""
-
-CSS = """
-:root { --critical: #c62828; --warning: #ef8f00; --info: #1e6fd9; --pass: #2e7d32; --na: #e4e4e4; }
-body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 1.5em 2em; color: #1b1b1b; }
-header h1 { font-size: 1.5em; margin: .8em 0 .2em; }
-.badge { display: inline-block; padding: .05em .55em; border-radius: .8em; color: #fff; font-size: .85em;
-         margin-right: .3em; font-weight: 600; }
-.badge.sev-ok, .badge.sev-pass { background: var(--pass); }
-.sev-critical.badge { background: var(--critical); } .sev-warning.badge { background: var(--warning); }
-.sev-info.badge { background: var(--info); }
-.matrix-wrap { overflow-x: auto; margin: 1em 0; }
-#matrix { border-collapse: collapse; }
-#matrix th.rule { height: 15em; vertical-align: bottom; padding: 0 2px; }
-#matrix th.rule span { writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; font-weight: 500;
-                       font-size: .85em; }
-#matrix th.node { text-align: left; padding: .3em .8em .3em .4em; white-space: nowrap; border-left: 6px solid #ccc; }
-#matrix th.node.sev-critical { border-left-color: var(--critical); }
-#matrix th.node.sev-warning { border-left-color: var(--warning); }
-#matrix th.node.sev-ok { border-left-color: var(--pass); }
-td.cell { width: 1.7em; height: 1.7em; text-align: center; border: 2px solid #fff; color: #fff; font-weight: 700;
-          cursor: pointer; }
-td.cell.sev-critical { background: var(--critical); } td.cell.sev-warning { background: var(--warning); }
-td.cell.sev-info { background: var(--info); } td.cell.sev-pass { background: #cfe8d0; color: #2e7d32; }
-td.cell.sev-na { background: var(--na); cursor: default; }
-td.cell.sev-unknown { background: #bdbdbd; color: #555; }
-td.cell.selected { outline: 3px solid #111; }
-.panel { border: 1px solid #bbb; border-radius: 6px; padding: .5em 1em; margin: 1em 0; background: #fafafa; }
-.panel .hint { color: #666; }
-details.finding { border-left: 6px solid #ccc; margin: .5em 0; padding: .3em .8em; background: #fcfcfc; }
-details.finding.sev-critical { border-left-color: var(--critical); }
-details.finding.sev-warning { border-left-color: var(--warning); }
-details.finding.sev-info { border-left-color: var(--info); }
-details.finding summary { cursor: pointer; }
-details.finding.highlight { background: #fff6d6; }
-.incident { font-weight: 700; }
-pre { background: #f0f0f0; padding: .4em .6em; overflow-x: auto; white-space: pre-wrap; }
-ul.evidence { margin: .2em 0; padding-left: 1.2em; font-family: ui-monospace, monospace; font-size: .9em; }
-"""
-
-# The page works without JS (every finding is a <details>); the script adds the cell -> panel link and writes
-# what the browser computed into #report-state and data-* attributes, for tests that read the DOM.
-JS = r"""
-(function () {
-  var cells = Array.prototype.slice.call(document.querySelectorAll('#matrix td.cell[data-node]'));
-  var panel = document.getElementById('panel');
-  function findingsOf(node, rule) {
-    return Array.prototype.slice.call(document.querySelectorAll('details.finding')).filter(function (d) {
-      return d.getAttribute('data-node') === node && d.getAttribute('data-rule') === rule;
-    });
-  }
-  function select(cell) {
-    cells.forEach(function (c) { c.classList.remove('selected'); });
-    cell.classList.add('selected');
-    var node = cell.getAttribute('data-node'), rule = cell.getAttribute('data-rule');
-    var found = findingsOf(node, rule);
-    panel.innerHTML = '';
-    var title = document.createElement('h3');
-    title.textContent = node + ' \u2014 ' + rule + (found.length ? '' : ': no finding');
-    panel.appendChild(title);
-    found.forEach(function (d) {
-      var copy = d.cloneNode(true);
-      copy.open = true;
-      copy.removeAttribute('id');
-      copy.classList.add('in-panel');
-      panel.appendChild(copy);
-      d.open = true;
-    });
-    panel.setAttribute('data-node', node);
-    panel.setAttribute('data-rule', rule);
-    panel.setAttribute('data-findings', String(found.length));
-    return found.length;
-  }
-  cells.forEach(function (cell) {
-    cell.addEventListener('click', function () { select(cell); });
-    cell.addEventListener('keydown', function (e) { if (e.key === 'Enter') { select(cell); } });
-  });
-  var state = {cells: {}, nodes: [], findings: document.querySelectorAll('details.finding').length, colours: {}};
-  cells.forEach(function (cell) {
-    var sev = cell.getAttribute('data-severity');
-    state.cells[sev] = (state.cells[sev] || 0) + 1;
-    var colour = window.getComputedStyle(cell).backgroundColor;
-    cell.setAttribute('data-bg', colour);
-    state.colours[sev] = colour;
-  });
-  document.querySelectorAll('#matrix tr.node-row').forEach(function (row) {
-    state.nodes.push(row.getAttribute('data-node'));
-  });
-  if (location.hash === '#selftest') {
-    var first = cells.filter(function (c) { return c.getAttribute('data-severity') === 'critical'; })[0];
-    state.selftest = first ? {node: first.getAttribute('data-node'), rule: first.getAttribute('data-rule'),
-                              shown: select(first),
-                              panel_rule: panel.getAttribute('data-rule')} : null;
-  }
-  var out = document.getElementById('report-state');
-  out.textContent = JSON.stringify(state);
-  document.documentElement.setAttribute('data-report-ready', '1');
-})();
-"""

@@ -18,7 +18,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "integration")]
-import conftest  # noqa: F401,E402  (makes the collection importable)
+# conftest makes the collection importable.
+import conftest  # noqa: F401,E402  pylint: disable=unused-import
 import daemons  # noqa: E402
 from ansible_runner import run_module  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri  # noqa: E402
@@ -48,7 +49,7 @@ def plan_only():
     with open(DEBIAN_DEFAULT) as handle:
         text = handle.read()
     start = time.monotonic()
-    for _ in range(100):
+    for _unused in range(100):
         plan_runtime_edit(text, "config.toml", set_as_default=True, cdi=True)
     return (time.monotonic() - start) / 100
 
@@ -85,12 +86,12 @@ def main():
           % (plan_only() * 1000))
     for release, version in daemons.CONTAINERD_RELEASES.items():
         dist = daemons.ensure_containerd(release)
-        calls = [module_call(dist) for _ in range(3)]
+        calls = [module_call(dist) for _unused in range(3)]
         print("containerd %-6s one module call on Debian's default config: median %.2f s %s"
               % (version, statistics.median(calls), ["%.2f" % c for c in calls]))
         with daemons.PrivateContainerd(dist) as ctrd:
             ctrd.start(ctrd.minimal_config())
-            gaps = [restart_gap(ctrd) for _ in range(RUNS)]
+            gaps = [restart_gap(ctrd) for _unused in range(RUNS)]
         print("containerd %-6s CRI unavailable during a restart: median %.3f s %s"
               % (version, statistics.median(gaps), ["%.3f" % g for g in gaps]))
 

@@ -27,7 +27,7 @@ def run_module(module, args, path_prepend=(), check=False, diff=False, extra_env
     if diff:
         argv.append("--diff")
     proc = subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=300)
+                          universal_newlines=True, timeout=300, check=False)
     try:
         report = json.loads(proc.stdout)
     except ValueError:

@@ -326,7 +326,7 @@ class PrivateContainerd:
         """Run `ctr --address SOCKET ARGS...`; return the CompletedProcess (raise on failure)."""
         result = subprocess.run([self.dist.ctr, "--address", self.socket] + list(args),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.environment(),
-                                timeout=kwargs.get("timeout", 120))
+                                timeout=kwargs.get("timeout", 120), check=False)
         if result.returncode:
             raise DaemonError("ctr %s failed (%d):\n%s" % (" ".join(args), result.returncode,
                                                            result.stdout.decode("utf-8", "replace")))
@@ -433,7 +433,7 @@ def unmount_under(base):
             if point == base or point.startswith(base + "/"):
                 mounts.append(point)
     for point in sorted(set(mounts), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(["umount", "-l", point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return mounts
 
 

@@ -120,10 +120,10 @@ class NodeContainer(object):
 
     def sh(self, script, check=True, timeout=300):
         proc = subprocess.run(["docker", "exec", self.name, "bash", "-c", script], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
-            raise AssertionError("in %s: %s\nrc=%d\n%s\n%s" % (self.name, script, proc.returncode, proc.stdout,
-                                                              proc.stderr))
+            raise AssertionError("in %s: %s\nrc=%d\n%s\n%s"
+                                 % (self.name, script, proc.returncode, proc.stdout, proc.stderr))
         return proc
 
     def read(self, path):
@@ -180,10 +180,10 @@ class NodeContainer(object):
         if check:
             argv.append("--check")
         proc = subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=900)
+                              universal_newlines=True, timeout=900, check=False)
         return PlayResult(proc, self.name)
 
     def close(self):
         subprocess.run(["docker", "rm", "-f", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=120)
-        subprocess.run(["rm", "-rf", self._workdir], timeout=60)
+                       timeout=120, check=False)
+        subprocess.run(["rm", "-rf", self._workdir], timeout=60, check=False)

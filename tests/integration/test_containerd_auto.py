@@ -69,4 +69,3 @@ def test_auto_mode_configures_the_instance_kubelet_uses(release, private_contain
     assert "nvidia" in cri.runtimes_from_status(used.client().status(verbose=True))
     assert "nvidia" not in cri.runtimes_from_status(other.client().status(verbose=True))
     assert other.read_config() == other_before
-

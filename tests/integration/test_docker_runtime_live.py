@@ -231,7 +231,7 @@ def wait_for(predicate, timeout, what, process=None):
     raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
-@pytest.fixture(scope="module", params=RELEASES, ids=[r for r, _ in RELEASES])
+@pytest.fixture(scope="module", params=RELEASES, ids=[r for r, _unused in RELEASES])
 def docker(request, testbed):
     release, version = request.param
     daemon = PrivateDocker(release)
@@ -280,7 +280,7 @@ def run_ansible(docker, check=False, **args):
     argv = [ansible, "localhost", "-m", "gpunode.nvidia.docker_runtime", "-a", json.dumps(args),
             "-e", "ansible_python_interpreter=" + sys.executable] + (["--check", "--diff"] if check else [])
     out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True, timeout=120)
+                         universal_newlines=True, timeout=120, check=False)
     assert out.stdout.strip(), out.stderr
     return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
@@ -501,6 +501,7 @@ def test_reload_versus_restart(docker, seeded, capsys):
 
     reload_outage = statistics.median(r[0] for r in reload_runs)
     restart_outage = statistics.median(r[0] for r in restart_runs)
+
     def seconds(values):
         return "[" + ", ".join("%.3f" % v for v in values) + "]"
 

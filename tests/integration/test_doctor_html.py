@@ -55,7 +55,7 @@ def run_chromium(chromium, *args):
     profile = tempfile.mkdtemp(prefix="gpunode-chromium-")
     try:
         proc = subprocess.run([chromium] + FLAGS + ["--user-data-dir=" + profile] + list(args),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")[-2000:]

@@ -16,8 +16,8 @@ import pytest
 import nvidia_node
 
 DRIVER = [{"role": "gpunode.nvidia.nvidia_driver"}]
-SUMMARY = [{"name": "Summary", "ansible.builtin.include_role": {"name": "gpunode.nvidia.nvidia_driver",
-                                                                  "tasks_from": "summary"}}]
+SUMMARY = [{"name": "Summary",
+            "ansible.builtin.include_role": {"name": "gpunode.nvidia.nvidia_driver", "tasks_from": "summary"}}]
 OPEN_SET = ("nvidia-open-kernel-dkms", "firmware-nvidia-gsp", "nvidia-smi", "libcuda1", "libnvidia-ml1")
 
 
@@ -170,7 +170,7 @@ def run_on_tree(tmp_path, root, extra_vars):
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
             str(playbook), "-e", "@%s" % variables, "-e", "ansible_python_interpreter=%s" % sys.executable]
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=300)
+                          timeout=300, check=False)
     return nvidia_node.PlayResult(proc, "localhost")
 
 

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(HOST_LIBC), reason="needs an 
 def fetch(package, *releases):
     """Debian packages of other releases, unpacked under .cache/testbed (idempotent)."""
     proc = subprocess.run([FETCH, package] + list(releases), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True)
+                          universal_newlines=True, check=False)
     if proc.returncode != 0:
         pytest.fail("fetching %s %s from Debian's archive failed:\n%s" % (package, releases, proc.stdout))
     return [os.path.join(TESTBED, "%s-%s" % (package, release)) for release in releases]
@@ -64,7 +64,7 @@ def containerd_builds():
 
 def readelf_glibc(path):
     """Highest GLIBC_x.y in `readelf -V` (binutils), the independent oracle."""
-    out = subprocess.run(["readelf", "-V", "-W", path], stdout=subprocess.PIPE, universal_newlines=True).stdout
+    out = subprocess.run(["readelf", "-V", "-W", path], stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout
     section = out.split(".gnu.version_r", 1)[-1] if ".gnu.version_r" in out else ""
     return elf.highest_glibc(re.findall(r"Name: (GLIBC_[0-9.]+)", section))
 
@@ -72,7 +72,7 @@ def readelf_glibc(path):
 def loader_messages(path):
     """Run the binary on this machine: the dynamic loader's own complaints, quoted like ours."""
     proc = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
+                          universal_newlines=True, check=False)
     prefix = path + ": "
     lines = [line[len(prefix):] for line in proc.stderr.splitlines() if line.startswith(prefix)]
     return proc.returncode, [line.replace("`", "'") for line in lines]
@@ -157,7 +157,7 @@ def running_daemons(name):
     Daemons inside containers (their root is another directory, e.g. a Molecule node) are not this
     machine's runtimes and are left out, as discovery does.
     """
-    out = subprocess.run(["ps", "-eo", "pid=,args="], stdout=subprocess.PIPE, universal_newlines=True).stdout
+    out = subprocess.run(["ps", "-eo", "pid=,args="], stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout
     pids = set()
     for line in out.splitlines():
         pid, _sep, args = line.strip().partition(" ")

@@ -218,7 +218,7 @@ class PrivateDockerd:
 
     def docker(self, *args):
         return subprocess.run([self.cli, "-H", "unix://" + self.socket] + list(args), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=120, check=False)
 
     def log(self):
         with open(os.path.join(self.dir, "dockerd.log")) as handle:

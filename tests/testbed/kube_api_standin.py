@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A Kubernetes API STAND-IN for tests: no kube-apiserver or kubelet can run on the test machines.
 
 It is a small threaded HTTP server on 127.0.0.1 that speaks the subset of the
@@ -205,7 +204,7 @@ def _label_selector_matches(selector, labels):
 def _field_selector(selector):
     pairs = {}
     for term in filter(None, (t.strip() for t in (selector or "").split(","))):
-        key, _, value = term.replace("==", "=").partition("=")
+        key, _unused, value = term.replace("==", "=").partition("=")
         pairs[key] = value
     return pairs
 
@@ -404,7 +403,7 @@ def _scripted_status(api, pod, node, age):
     if behaviour == "hang" or age < api.pod_seconds:
         base["phase"] = "Running"
         base["containerStatuses"] = [_state(name, image, {"running": {"startedAt": started}})]
-        return base, pulled, SUCCESS_LOG.split("Test PASSED")[0]
+        return base, pulled, SUCCESS_LOG.split("Test PASSED", 1)[0]
     failed = behaviour == "cuda_fail"
     base["phase"] = "Failed" if failed else "Succeeded"
     base["containerStatuses"] = [_state(name, image, {"terminated": {
@@ -575,7 +574,7 @@ class _Handler(BaseHTTPRequestHandler):
         if pod is None:
             return self._not_found("pods", name)
         if view["status"].get("phase") == "Pending":
-            container, _ = _container_name(pod)
+            container, _unused = _container_name(pod)
             return self._send(400, _status_body(400, "BadRequest", (
                 'container "%s" in pod "%s" is waiting to start: ContainerCreating') % (container, name)))
         self._send(200, getattr(pod, "log", ""), "text/plain")

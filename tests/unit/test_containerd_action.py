@@ -17,6 +17,7 @@ def action():
     finally:
         _internal.is_controller = was_controller
 
+
 SNAP = {"kind": "containerd", "platform": "k8s-snap", "selected_by": "kubelet", "edit_mode": "main",
         "socket": "/var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock",
         "config_path": "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml",

@@ -160,7 +160,7 @@ def test_hpack_rfc_c6_responses_with_eviction():
                      ("content-encoding", "gzip"),
                      ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1")]
     assert decoder.size == 215
-    assert [name for name, _ in decoder.dynamic] == ["set-cookie", "content-encoding", "date"]
+    assert [name for name, _unused in decoder.dynamic] == ["set-cookie", "content-encoding", "date"]
 
 
 def test_hpack_table_size_update_and_bad_index():
@@ -219,13 +219,13 @@ class ScriptedServer:
         self.thread.start()
 
     def _serve(self):
-        conn, _ = self.listener.accept()
+        conn, _unused = self.listener.accept()
         try:
             read, frame = _frame_reader(conn)
             assert read(len(cri.PREFACE)) == cri.PREFACE
             # a small initial window forces the client to wait for WINDOW_UPDATE on big requests
-            conn.sendall(cri.frame(cri.SETTINGS, 0, 0, struct.pack(">HI", cri.SETTINGS_INITIAL_WINDOW_SIZE,
-                                                                    self.peer_window)))
+            settings = struct.pack(">HI", cri.SETTINGS_INITIAL_WINDOW_SIZE, self.peer_window)
+            conn.sendall(cri.frame(cri.SETTINGS, 0, 0, settings))
             body, decoder, window = b"", cri.HPACKDecoder(), self.peer_window
             while True:
                 kind, flags, stream, payload = frame()

@@ -94,3 +94,12 @@ def test_html_is_self_contained_with_a_cell_per_node_and_rule(tmp_path):
     assert cell[("gone", "node-unreachable")]["data-severity"] == "critical"
     assert cell[("gone", "nvidia-runtime-missing")]["data-severity"] == "unknown"
     assert len(parser.details) == sum(len(n["findings"]) for n in report["nodes"])
+
+
+def test_html_escapes_what_the_node_reported(tmp_path):
+    report = doctor_report.build_report(fleet(tmp_path))
+    finding = next(f for n in report["nodes"] for f in n["findings"])
+    finding["message"] = '<script>alert("x")</script> & more'
+    page = doctor_report.render_html(report)
+    assert '<script>alert("x")</script>' not in page
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; more" in page

@@ -112,7 +112,7 @@ def test_healthy_kubeadm_node_has_no_finding(tmp_path, reader):
 
 def test_i1_fires_when_kubelets_runtime_has_no_nvidia(tmp_path, reader):
     build(tmp_path, "kubeadm-containerd")
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["nvidia-runtime-missing"]
     assert_finding_shape(item)
     assert item["incident"] == "I1" and item["severity"] == "critical"
@@ -144,7 +144,7 @@ def test_i2_fires_when_nvidia_went_to_the_distro_containerd(tmp_path, reader):
     tree = build(tmp_path, "i2-snap-and-distro")
     append(tree, "/etc/containerd/config.toml", nvidia_table())
     tree.file("/usr/bin/nvidia-container-runtime", STANDIN_BINARY, mode=0o755)
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["nvidia-in-other-instance"]
     assert_finding_shape(item)
     assert item["severity"] == "critical" and item["incident"] == "I2"
@@ -161,7 +161,7 @@ def test_i2_silent_when_nvidia_is_in_the_snap_containerd(tmp_path, reader):
     tree = build(tmp_path, "i2-snap-and-distro")
     append(tree, "/var/lib/k8s-containerd/k8s-containerd/etc/containerd/config.toml", nvidia_table())
     tree.file("/usr/bin/nvidia-container-runtime", STANDIN_BINARY, mode=0o755)
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     assert "nvidia-in-other-instance" not in fired and "nvidia-runtime-missing" not in fired
 
 
@@ -254,7 +254,7 @@ def test_i3_endpoint_served_by_nobody(tmp_path, reader):
 def test_runtime_not_running(tmp_path, reader):
     tree = kubeadm_with_nvidia(tmp_path)
     remove_process(tree, "/usr/bin/containerd")
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["runtime-not-running"]
     assert "systemctl start containerd" in item["fix"]["commands"]
     assert "runtime-not-running" not in diagnose(kubeadm_with_nvidia(tmp_path / "up").root)[0]
@@ -293,7 +293,7 @@ def test_i6_nouveau(tmp_path, reader):
     tree.gpu(driver="nouveau")
     tree.modules("nouveau")
     node_trees._distro_containerd(tree)
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     assert fired["nouveau-loaded"][0]["incident"] == "I6"
     assert "nouveau-loaded" not in diagnose(kubeadm_with_nvidia(tmp_path / "ok").root)[0]
 
@@ -325,7 +325,7 @@ def test_i5_default_runtime_binary_missing(tmp_path, reader):
     missing = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
     tree = kubeadm_with_nvidia(tmp_path, binary=missing)
     replace(tree, "/etc/containerd/config.toml", 'default_runtime_name = "runc"', 'default_runtime_name = "nvidia"')
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["default-runtime-binary-missing"]
     assert item["incident"] == "I5" and missing in item["message"]
     assert item["fix"]["vars"]["container_runtime_binary"] == "/usr/bin/nvidia-container-runtime"
@@ -360,7 +360,7 @@ def test_runc_dropped_on_containerd_1x(tmp_path, reader):
     tree = build(tmp_path, "kubeadm-containerd")  # Debian's containerd 1.6.20
     tree.file("/etc/containerd/config.toml", ONLY_NVIDIA)
     tree.file("/usr/bin/nvidia-container-runtime", STANDIN_BINARY, mode=0o755)
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["containerd-runc-dropped"]
     assert item["severity"] == "critical"
     assert item["evidence"][0]["path"] == "/etc/containerd/config.toml" and item["evidence"][0]["line"] == 4
@@ -374,7 +374,7 @@ def test_runc_kept_on_containerd_2x(tmp_path, reader):
     tree.package("containerd", "2.1.9~ds1-5")
     tree.file("/etc/containerd/config.toml", ONLY_NVIDIA)
     tree.file("/usr/bin/nvidia-container-runtime", STANDIN_BINARY, mode=0o755)
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     assert "containerd-runc-dropped" not in fired and "default-runtime-undefined" not in fired
 
 
@@ -399,7 +399,7 @@ def al2_with_dropin(root, containerd_version):
 
 def test_dropin_replaces_cri_table_on_1x(tmp_path, reader):
     al2_with_dropin(tmp_path, "1.7.24~ds1-6")
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["containerd-import-replaces-cri"]
     assert item["severity"] == "critical"
     assert item["evidence"][0]["path"] == "/etc/containerd/config.d/99-nvidia.toml"
@@ -412,7 +412,7 @@ def test_dropin_replaces_cri_table_on_1x(tmp_path, reader):
 
 def test_dropin_merges_on_2x(tmp_path, reader):
     al2_with_dropin(tmp_path, "2.1.9~ds1-5")
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     assert "containerd-import-replaces-cri" not in fired and "containerd-runc-dropped" not in fired
     assert "nvidia-runtime-missing" not in fired
 
@@ -431,7 +431,7 @@ def test_full_copy_dropin_on_1x_is_a_warning(tmp_path, reader):
 
 def test_systemd_cgroup_runtime_mismatch(tmp_path, reader):
     kubeadm_with_nvidia(tmp_path, systemd=None)  # runc has SystemdCgroup = true, nvidia none
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["systemd-cgroup-runtime-mismatch"]
     assert item["severity"] == "warning"
     texts = [e.get("note") or e.get("text") for e in item["evidence"]]
@@ -442,7 +442,7 @@ def test_systemd_cgroup_runtime_mismatch(tmp_path, reader):
 def test_systemd_cgroup_kubelet_mismatch(tmp_path, reader):
     tree = kubeadm_with_nvidia(tmp_path, systemd=False)
     replace(tree, "/etc/containerd/config.toml", "SystemdCgroup = true", "SystemdCgroup = false")
-    fired, _ = diagnose(tmp_path)  # kubelet's config.yaml says cgroupDriver: systemd
+    fired, _unused = diagnose(tmp_path)  # kubelet's config.yaml says cgroupDriver: systemd
     (item,) = fired["systemd-cgroup-kubelet-mismatch"]
     assert '"runc"' in item["message"] and '"nvidia"' in item["message"]
     assert "systemd-cgroup-runtime-mismatch" not in fired  # both false: they agree with each other
@@ -535,7 +535,7 @@ def test_cri_plugin_disabled(tmp_path, reader):
 def test_config_unreadable(tmp_path, reader):
     tree = kubeadm_with_nvidia(tmp_path)
     tree.file("/etc/containerd/config.toml", 'version = 2\n[plugins."io.containerd.grpc.v1.cri"\n  x = 1\n')
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     (item,) = fired["config-unreadable"]
     assert item["severity"] == "critical" and item["evidence"][0]["line"] == 2
     assert "nvidia-runtime-missing" not in fired  # nothing is claimed about a file that cannot be read
@@ -548,7 +548,7 @@ def test_a_failing_rule_is_a_finding_and_the_others_still_run(tmp_path, reader, 
     rules = tuple(broken if r.id == "nouveau-loaded" else r for r in doctor_rules.CATALOGUE)
     monkeypatch.setattr(doctor_rules, "CATALOGUE", rules)
     monkeypatch.setattr(doctor_rules.run_rules, "__defaults__", (rules,))
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     assert "ZeroDivisionError" in fired["doctor-rule-error"][0]["message"]
     assert "nvidia-runtime-missing" in fired
 
@@ -569,7 +569,7 @@ def test_every_platform_diagnoses(tmp_path, name, reader):
 def test_a_table_where_a_string_belongs_is_a_config_error(tmp_path, reader):
     tree = kubeadm_with_nvidia(tmp_path)
     tree.file("/etc/containerd/config.toml", 'version = 2\nplugins = "oops"\nimports = 3\n')
-    fired, _ = diagnose(tmp_path)
+    fired, _unused = diagnose(tmp_path)
     assert "config-unreadable" in fired and "doctor-rule-error" not in fired
 
 

@@ -116,7 +116,7 @@ def test_no_gpu_is_skipped_unless_asked_to_install_anyway(tree):
     lambda t: t.loaded_driver("535.129.03"),
     lambda t: t.dpkg({"nvidia-driver": "535.216.01-1~deb12u1", "nvidia-kernel-dkms": "535.216.01-1~deb12u1"}),
     lambda t: t.kernel("6.1.0-28-amd64").write("/lib/modules/6.1.0-28-amd64/kernel/drivers/video/nvidia.ko",
-                                                "\x7fELF\0license=NVIDIA\0version=535.104.05\0srcversion=AB\0"),
+                                               "\x7fELF\0license=NVIDIA\0version=535.104.05\0srcversion=AB\0"),
 ], ids=["loaded", "packaged", "run-file-install"])
 def test_preinstalled_driver_is_left_alone(tree, prepare):
     node = tree().gpu()
@@ -378,8 +378,8 @@ def test_every_repository_url_can_point_at_a_mirror(tree):
     assert mirror["repository"]["baseurl"] == "https://mirror.example/cuda/rhel9/x86_64"
     assert mirror["repository"]["gpgkey"] == "https://mirror.example/cuda/rhel9/x86_64/D42D0685.pub"
     full = driver(tree("rhel9").gpu(), repo_url="http://repo.local/nv", repo_key_url="http://repo.local/key.pub")
-    assert (full["repository"]["baseurl"], full["repository"]["gpgkey"]) == ("http://repo.local/nv",
-                                                                              "http://repo.local/key.pub")
+    assert (full["repository"]["baseurl"], full["repository"]["gpgkey"]) == (
+        "http://repo.local/nv", "http://repo.local/key.pub")
 
 
 def test_offline_directory(tree):
@@ -417,8 +417,8 @@ def test_reboot_is_required_until_the_installed_driver_runs(tree):
     assert driver(stale)["reboot"]["reasons"] == ["driver 535.129.03 is loaded but 550.163.01 is installed"]
     current = tree().gpu().loaded_driver("550.163.01").dpkg({"nvidia-open-kernel-dkms": "550.163.01-1"})
     assert driver(current)["reboot"] == {"required": False, "reasons": []}
-    nouveau = tree().gpu().dpkg({"nvidia-kernel-dkms": "535.261.03-1"}).write("/proc/modules",
-                                                                             "nouveau 1 0 - Live 0x0\n")
+    nouveau = tree().gpu().dpkg({"nvidia-kernel-dkms": "535.261.03-1"}).write(
+        "/proc/modules", "nouveau 1 0 - Live 0x0\n")
     assert "nouveau is loaded and holds the GPU" in driver(nouveau)["reboot"]["reasons"]
 
 

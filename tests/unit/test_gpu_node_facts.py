@@ -529,7 +529,7 @@ def test_three_instances_wall_time(tmp_path):
     import time
     node_trees.build("three-instances", tmp_path)
     times = []
-    for _ in range(10):
+    for _unused in range(10):
         started = time.perf_counter()
         facts = discovery.gather(str(tmp_path))
         times.append(time.perf_counter() - started)

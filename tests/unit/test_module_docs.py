@@ -25,3 +25,10 @@ def test_module_documentation_parses(path):
         assert option.get("description"), "option %s has no description" % name
     assert yaml.safe_load(block(source, "EXAMPLES"))
     yaml.safe_load(block(source, "RETURN"))
+
+
+def test_containerd_runtime_module_spec_is_the_action_spec():
+    """The module file documents and declares what its action plugin accepts (sanity checks the module)."""
+    from ansible_collections.gpunode.nvidia.plugins.action import containerd_runtime as action
+    from ansible_collections.gpunode.nvidia.plugins.modules import containerd_runtime as module
+    assert module.ARGUMENT_SPEC == action.ARGUMENT_SPEC

@@ -58,7 +58,7 @@ def test_gives_up_naming_the_holder(tmp_path):
 def test_stale_lock_is_taken_over(tmp_path):
     lock = tmp_path / "lock"
     held(lock, "crashed-run", time.time() - 7200)
-    owner, _, taken_over = acquire(str(lock), "me", 10, 3600)
+    owner, _unused, taken_over = acquire(str(lock), "me", 10, 3600)
     assert owner == "me" and taken_over == "crashed-run"
 
 
