@@ -20,8 +20,8 @@ import re
 import xml.etree.ElementTree as ElementTree
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_services
+from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import TOOLKIT_CVE_MINIMUM, older_than, version_key
 
-TOOLKIT_CVE_MINIMUM = "1.17.8"  # CVE-2025-23266 (NVIDIAScape) affects the toolkit up to 1.17.7
 CONTAINERD_CDI_MINIMUM = "1.7"  # enable_cdi exists in the CRI plugin from containerd 1.7
 PLAYBOOK = "playbooks/site.yml"
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
@@ -77,22 +77,6 @@ def manual_fix(summary, commands=None):
 
 def site_fix(summary, variables=None):
     return {"summary": summary, "playbook": PLAYBOOK, "vars": dict(variables or {}), "commands": []}
-
-
-def version_key(text):
-    return [int(part) for part in re.findall(r"\d+", text or "")]
-
-
-def older_than(version, minimum):
-    """'1.17.7-1' and '1.17.8~rc.1-1' are older than '1.17.8'; '1.6.20~ds1' is older than '1.7'."""
-    if not version:
-        return False
-    upstream = version.split(":")[-1].split("-")[0].lstrip("v")
-    release, _sep, prerelease = upstream.partition("~")
-    key, floor = version_key(release), version_key(minimum)
-    if key[:len(floor)] == floor and len(key) > len(floor):
-        return False
-    return key < floor or (key == floor and bool(prerelease) and not prerelease.startswith("ds"))
 
 
 def command(ctx, argv):
