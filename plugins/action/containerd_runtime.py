@@ -50,12 +50,12 @@ class ActionModule(ValidatedAction):
             result.update(self._run(args, task_vars))
         except (ConfigError, effective.GuardError) as exc:
             result.update(failed=True, msg=str(exc), changed=False)
-        return result
+        return mask_data(result)
 
     def _node(self, task_vars, **module_args):
         res = self._execute_module(module_name=NODE_MODULE, module_args=module_args, task_vars=task_vars)
         if res.get("failed"):
-            raise AnsibleActionFail(res.get("msg", "%s failed" % NODE_MODULE), result=res)
+            raise AnsibleActionFail(mask_text(res.get("msg", "%s failed" % NODE_MODULE)), result=mask_data(res))
         return res
 
     def _run(self, args, task_vars):
@@ -181,7 +181,7 @@ class ActionModule(ValidatedAction):
                                "effective config (validated: false)." % args["containerd_binary"]]
         if current["command_rc"] != 0:
             raise ConfigError("%s: containerd cannot load the current file, so it cannot be edited safely: %s"
-                              % (args["path"], current["command_stderr"].strip()))
+                              % (args["path"], mask_text(current["command_stderr"].strip())))
         if not plan.changed:
             return True, [], []
         candidate = self._node(task_vars, op="check", path=args["path"], content=plan.text, command=dump_cmd)
