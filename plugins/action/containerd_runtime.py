@@ -18,6 +18,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import unexpected_error
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
 
@@ -50,6 +51,11 @@ class ActionModule(ValidatedAction):
             result.update(self._run(args, task_vars))
         except (ConfigError, effective.GuardError) as exc:
             result.update(failed=True, msg=str(exc), changed=False)
+        except AnsibleActionFail:
+            raise
+        except Exception:  # pylint: disable=broad-except  # never a traceback, never the file's text
+            result.update(failed=True, changed=False,
+                          msg=unexpected_error("containerd_runtime", args["path"] or "the containerd config"))
         return mask_data(result)
 
     def _node(self, task_vars, **module_args):
