@@ -18,11 +18,9 @@ from types import SimpleNamespace
 
 import pytest
 import tomlkit
-from ansible.errors import AnsibleActionFail
 from ansible.module_utils import _internal
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config, docker_config
 from ansible_collections.gpunode.nvidia.plugins.modules import crio_runtime, docker_runtime
@@ -313,7 +311,7 @@ def action():
     was_controller = _internal.is_controller
     try:
         yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
-    finally:
+    finally:  # controller code (ansible.plugins, ansible.errors) is imported here only
         _internal.is_controller = was_controller
 
 
@@ -364,6 +362,9 @@ class StandInNode:
 
 
 def run_action(action, monkeypatch, outputs, node, check_mode=False, **args):
+    from ansible.errors import AnsibleActionFail
+    from ansible.plugins.action import ActionBase
+
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
     plugin = action.ActionModule.__new__(action.ActionModule)
     plugin._task = SimpleNamespace(args=dict(args, path=node.path), check_mode=check_mode, async_val=0)
