@@ -28,6 +28,8 @@ description:
     mode and SELinux context of an existing file.
   - CRI-O must be restarted to use a new runtime for new pods (a runtime added by SIGHUP is not
     usable for new sandboxes).
+  - Credentials in a file being replaced, and in every message and returned value, are masked.
+    An unexpected error fails naming the file and asking for a bug report, with no traceback.
   - Needs only the Python standard library on the node.
   - CRI-O is not installable on the machines this collection is tested on; this module is
     covered by unit tests only.

@@ -601,3 +601,29 @@ def test_documentation_matches_argument_spec():
         assert doc["options"][name]["type"] == spec["type"], name
     yaml.safe_load(docker_runtime.EXAMPLES)
     yaml.safe_load(docker_runtime.RETURN)
+
+
+@pytest.mark.parametrize("depth", [65, 100000])
+def test_deep_nesting_refused_with_position_not_recursion(depth):
+    text = '{\n  "a": ' + '{"b": [' * depth + "1" + "]}" * depth + "\n}\n"
+    with pytest.raises(dc.DockerConfigError) as err:
+        edit(text)
+    assert "more than %d levels deep at line 2 column" % dc.MAX_NESTING in str(err.value)
+
+
+def test_nesting_within_the_limit_is_edited():
+    nested = '{"b": [' * 31 + "1" + "]}" * 31
+    text = '{\n  "a": %s\n}\n' % nested
+    assert json.loads(edit(text))["a"] == json.loads(nested)
+
+
+def test_unexpected_error_is_a_clean_failure(capsys, daemon_json, tmp_path, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise AttributeError("'NoneType' object has no attribute 'x'")
+
+    monkeypatch.setattr(dc, "edit_daemon_json", broken)
+    result = run(capsys, path=str(daemon_json), systemd_root=str(tmp_path))
+    assert result["failed"] is True and "Traceback" not in json.dumps(result)
+    assert result["msg"].startswith("Unexpected error (AttributeError at test_docker_runtime.py:")  # where raised
+    assert str(daemon_json) in result["msg"] and "bug" in result["msg"]
+    assert daemon_json.read_text() == SEED
