@@ -42,6 +42,8 @@ SECRET_KEY_RE = re.compile(
     r"registrytoken|registry[-_]token|client[-_]secret|api[-_]?key|private[-_]?key|"
     r".*[-_](?:token|password|passwd|secret|credentials?))$"
 )
+# Text without any of these cannot hold a credential key (escaped names hold a backslash).
+_MAYBE_SECRET_RE = re.compile(r"(?i)auth|pass|secret|token|credential|key|\\|://")
 _URL_PASSWORD_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/@:\"'<>]*:)[^\s/@\"'<>]+@")
 _BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x[0-9a-fA-F]{2}|.)", re.S)
@@ -226,7 +228,7 @@ def _table_header_at(text, pos):
 
 def mask_text(text):
     """TOML or JSON text (or a message quoting it) with every credential value masked."""
-    if not text or not isinstance(text, str):
+    if not text or not isinstance(text, str) or not _MAYBE_SECRET_RE.search(text):
         return text
     pieces, copied, pos = [], 0, 0
     open_brackets = 0        # arrays/tables/objects entered as values (not TOML headers)

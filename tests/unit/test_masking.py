@@ -23,6 +23,7 @@ S = "S3NTINEL-mask"
 ])
 def test_secret_keys(key):
     assert is_secret_key(key)
+    assert S not in mask_text('%s = "%s"' % (key, S)) and S not in mask_text('{%s: "%s"}' % (key, S))
 
 
 @pytest.mark.parametrize("key", ["username", "authorization-plugins", "path", "runtime_type", "tokenizer",
