@@ -226,7 +226,7 @@ def _table_header_at(text, pos):
     return close + len(closer), parts
 
 
-def mask_text(text):
+def mask_text(text, _comments=True):
     """TOML or JSON text (or a message quoting it) with every credential value masked."""
     if not text or not isinstance(text, str) or not _MAYBE_SECRET_RE.search(text):
         return text
@@ -241,6 +241,15 @@ def mask_text(text):
             pos += 1
             continue
         at_line_start, line_start = line_start, False
+        if char == "#" and _comments:
+            # A comment opens no bracket or table, but a commented-out setting is masked too.
+            end = _line_end(text, pos)
+            comment = mask_text(text[pos + 1:end], _comments=False)
+            if comment != text[pos + 1:end]:
+                pieces.extend((text[copied:pos + 1], comment))
+                copied = end
+            pos = end
+            continue
         if char == "[" and at_line_start and open_brackets == 0:
             header_end, parts = _table_header_at(text, pos)
             if header_end is not None:

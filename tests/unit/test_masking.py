@@ -95,6 +95,9 @@ def test_masking_is_idempotent_and_keeps_plain_text():
 
 def test_commented_out_credentials_and_messages():
     assert S not in mask_text("# password = %s\n" % S)
+    # A bracket in a comment does not hide the next table header.
+    assert S not in mask_text('# see [docs\n[r.auth]\nusername = "%s"\n' % S)
+    assert "#" * 5000 in mask_text("#" * 5000 + " token = x")
     assert S not in mask_text("dockerd says: invalid value for token: %s (line 3)" % S)
     assert mask_text("https://user:%s@mirror.example.com/v2" % S) == "https://user:%s@mirror.example.com/v2" % MASK
 
