@@ -19,6 +19,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import unexpected_error
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
@@ -54,12 +55,17 @@ class ActionModule(ValidatedAction):
             result.update(self._run(args, task_vars))
         except (ConfigError, effective.GuardError) as exc:
             result.update(failed=True, msg=str(exc), changed=False)
-        return result
+        except AnsibleActionFail:
+            raise
+        except Exception:  # pylint: disable=broad-except  # never a traceback, never the file's text
+            result.update(failed=True, changed=False,
+                          msg=unexpected_error("containerd_runtime", args["path"] or "the containerd config"))
+        return mask_data(result)
 
     def _node(self, task_vars, **module_args):
         res = self._execute_module(module_name=NODE_MODULE, module_args=module_args, task_vars=task_vars)
         if res.get("failed"):
-            raise AnsibleActionFail(res.get("msg", "%s failed" % NODE_MODULE), result=res)
+            raise AnsibleActionFail(mask_text(res.get("msg", "%s failed" % NODE_MODULE)), result=mask_data(res))
         return res
 
     def _run(self, args, task_vars):
@@ -224,7 +230,7 @@ class ActionModule(ValidatedAction):
                                "effective config (validated: false)." % args["containerd_binary"]]
         if current["command_rc"] != 0:
             raise ConfigError("%s: containerd cannot load the current file, so it cannot be edited safely: %s"
-                              % (args["path"], current["command_stderr"].strip()))
+                              % (args["path"], mask_text(current["command_stderr"].strip())))
         if not edit.changed:
             return True, [], []
         content, companions = candidate_files(edit, files, globs, current.get("binary_version"))

@@ -5,9 +5,11 @@
 
 Standard library only: this runs on managed nodes, where no TOML library is
 available. The drop-in is generated whole, so rendering needs no parser; the
-override scan reads other files with a line-based scan of table headers and
-the few keys that matter, which is all CRI-O's layout (one table per runtime,
-`default_runtime` under `[crio.runtime]`) needs.
+override check reads the other files with toml_reader (tomllib where the
+node's Python has it, the collection's small reader otherwise, which also
+gives the line of each key), so every TOML style is seen: tables, dotted
+keys, inline tables, quoted keys with escapes. A file CRI-O could not read
+(not UTF-8, not TOML) is reported, never a reason to crash.
 
 CRI-O reads /etc/crio/crio.conf first, then every file of the drop-in
 directory sorted by name; a later file wins for each key it sets.
@@ -20,7 +22,9 @@ __metaclass__ = type
 import json
 import os
 import re
-from collections import namedtuple
+from collections import OrderedDict
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.toml_reader import TomlError, read_toml
 
 HEADER_MARK = "# Managed by gpunode.nvidia (crio_runtime module)."
 HEADER = (
@@ -28,17 +32,14 @@ HEADER = (
     "# Remove it with the module (state: absent) rather than by hand; restart crio afterwards.\n"
 )
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_TABLE = re.compile(r"^\s*\[\[?(?P<name>[^\]]*)\]\]?\s*(?:#.*)?$")
-_KEY = re.compile(r"""^\s*(?P<key>(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=\s*(?P<value>.*)$""")
-_STRING = re.compile(r"""^\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""")
-
-# One setting found in a file: the dotted key path, its value text, where it is.
-Setting = namedtuple("Setting", "keys value file line")
+BOM = u"\ufeff"
+RUNTIMES = ("crio", "runtime", "runtimes")
+DEFAULT_RUNTIME = ("crio", "runtime", "default_runtime")
 
 
 def toml_string(value):
-    """A TOML basic string (JSON string escapes are valid TOML escapes)."""
-    return json.dumps(value, ensure_ascii=False)
+    """A TOML basic string (JSON string escapes are valid TOML escapes; DEL must be escaped too)."""
+    return json.dumps(value, ensure_ascii=False).replace(u"\x7f", u"\\u007f")
 
 
 def toml_key(name):
@@ -72,39 +73,39 @@ def is_managed(text):
     return text.startswith(HEADER_MARK)
 
 
-def split_key(dotted):
-    """`crio.runtime.runtimes."nvidia"` -> ("crio", "runtime", "runtimes", "nvidia")."""
-    parts = re.findall(r"""\s*("[^"]*"|'[^']*'|[^.\s]+)\s*(?:\.|$)""", dotted)
-    return tuple(part[1:-1] if part[:1] in "\"'" else part for part in parts)
+def load(path):
+    """(TomlDocument, None) for a readable TOML file, else (None, issue): what CRI-O would refuse."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+        return read_toml(text[1:] if text.startswith(BOM) else text), None
+    except (IOError, OSError) as exc:
+        return None, _issue(path, None, "cannot be read (%s)" % (exc.strerror or exc))
+    except UnicodeDecodeError as exc:
+        return None, _issue(path, None, "is not UTF-8 text (byte %d): CRI-O will refuse to start" % exc.start)
+    except TomlError as exc:
+        # The reason is left out: a parser's message may quote the file (credentials included).
+        return None, _issue(path, exc.line, "is not valid TOML: CRI-O will refuse to start")
+    except RecursionError:
+        return None, _issue(path, None, "nests arrays or tables too deeply to be read: CRI-O will refuse to start")
 
 
-def string_value(text):
-    match = _STRING.match(text)
-    if not match:
-        return text.split("#", 1)[0].strip()
-    return match.group(1) if match.group(1) is not None else match.group(2)
+def _get(data, keys):
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
 
 
-def scan(text, path):
-    """Every table header and `key = value` line, as full dotted key paths."""
-    settings, table, in_multiline = [], (), False
-    for number, line in enumerate(text.splitlines(), 1):
-        # Skip the body of multi-line strings, whose lines may look like tables.
-        quotes = line.count('"""') + line.count("'''")
-        if in_multiline:
-            in_multiline = quotes % 2 == 0
-            continue
-        if quotes % 2 == 1:
-            in_multiline = True
-        header = _TABLE.match(line)
-        if header:
-            table = split_key(header.group("name"))
-            settings.append(Setting(table, None, path, number))
-            continue
-        pair = _KEY.match(line)
-        if pair:
-            settings.append(Setting(table + split_key(pair.group("key")), pair.group("value"), path, number))
-    return settings
+def _defines_runtime(doc, name):
+    runtimes = _get(doc.data, RUNTIMES)
+    return isinstance(runtimes, dict) and name in runtimes
+
+
+def _default_runtime(doc):
+    value = _get(doc.data, DEFAULT_RUNTIME)
+    return value if isinstance(value, str) else None
 
 
 def config_files(main_config, dropin_dir):
@@ -114,21 +115,6 @@ def config_files(main_config, dropin_dir):
         names = sorted(os.listdir(dropin_dir))
         files += [os.path.join(dropin_dir, n) for n in names if os.path.isfile(os.path.join(dropin_dir, n))]
     return files
-
-
-def _read(path):
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "replace")
-
-
-def _defines_runtime(setting, name):
-    return setting.keys[:4] == ("crio", "runtime", "runtimes", name)
-
-
-def _default_runtime(setting):
-    if setting.keys == ("crio", "runtime", "default_runtime"):
-        return string_value(setting.value)
-    return None
 
 
 def find_overrides(ours, main_config, name, set_as_default, state):
@@ -141,32 +127,37 @@ def find_overrides(ours, main_config, name, set_as_default, state):
     """
     dropin_dir = os.path.dirname(os.path.abspath(ours))
     ours = os.path.abspath(ours)
-    found = []
     others = [f for f in config_files(main_config, dropin_dir) if os.path.abspath(f) != ours]
     later = [f for f in others if os.path.dirname(os.path.abspath(f)) == dropin_dir
              and os.path.basename(f) > os.path.basename(ours)]
-    settings = dict((f, scan(_read(f), f)) for f in others)
+    docs, found = OrderedDict(), []
+    for path in others:
+        doc, problem = load(path)
+        if problem is not None:
+            found.append(problem)
+        else:
+            docs[path] = doc
     if state == "present":
-        for path in later:
-            redefinitions = [s for s in settings[path] if _defines_runtime(s, name)]
-            if redefinitions:
-                found.append(_issue(redefinitions[0], "redefines [crio.runtime.runtimes.%s], which overrides "
-                                                      "%s (CRI-O applies drop-ins in name order, the last one "
-                                                      "wins)" % (name, ours)))
-            for setting in settings[path]:
-                default = _default_runtime(setting)
-                if set_as_default and default is not None and default != name:
-                    found.append(_issue(setting, "sets default_runtime = %s after %s, so %s is not the "
-                                                 "default" % (toml_string(default), ours, name)))
+        for path in [f for f in later if f in docs]:
+            doc = docs[path]
+            if _defines_runtime(doc, name):
+                found.append(_issue(path, doc.line_of(RUNTIMES + (name,)),
+                                    "redefines [crio.runtime.runtimes.%s], which overrides %s (CRI-O applies "
+                                    "drop-ins in name order, the last one wins)" % (toml_key(name), ours)))
+            default = _default_runtime(doc)
+            if set_as_default and default is not None and default != name:
+                found.append(_issue(path, doc.line_of(DEFAULT_RUNTIME), "sets default_runtime = %s after %s, so "
+                                    "%s is not the default" % (toml_string(default), ours, name)))
         return found
-    defined = any(_defines_runtime(s, name) for path in others for s in settings[path])
-    defaults = [s for path in others for s in settings[path] if _default_runtime(s) is not None]
-    if defaults and _default_runtime(defaults[-1]) == name and not defined:
-        found.append(_issue(defaults[-1], "sets default_runtime = %s, a runtime no other file defines once "
-                                          "%s is removed: CRI-O will refuse to start" % (toml_string(name), ours)))
+    defined = any(_defines_runtime(doc, name) for doc in docs.values())
+    defaults = [(path, doc) for path, doc in docs.items() if _default_runtime(doc) is not None]
+    if defaults and _default_runtime(defaults[-1][1]) == name and not defined:
+        path, doc = defaults[-1]
+        found.append(_issue(path, doc.line_of(DEFAULT_RUNTIME), "sets default_runtime = %s, a runtime no other "
+                            "file defines once %s is removed: CRI-O will refuse to start" % (toml_string(name), ours)))
     return found
 
 
-def _issue(setting, what):
-    return {"file": setting.file, "line": setting.line,
-            "message": "%s line %d %s." % (setting.file, setting.line, what)}
+def _issue(path, line, what):
+    where = "%s line %d" % (path, line) if line else path
+    return {"file": path, "line": line, "message": "%s %s." % (where, what)}

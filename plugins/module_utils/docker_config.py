@@ -38,6 +38,9 @@ DEFAULT_INDENT = "  "
 # dockerd refuses these runtime names in daemon.json ("runtime name ... is reserved").
 RESERVED_RUNTIME_NAMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
 STOCK_RUNTIME = "runc"
+# daemon.json needs four levels at most; deeper input is refused before the
+# (recursive) JSON parser sees it.
+MAX_NESTING = 64
 
 _WHITESPACE = " \t\r\n"
 _DECODER = json.JSONDecoder(object_pairs_hook=OrderedDict)
@@ -81,6 +84,7 @@ def parse_daemon_json(text, path):
     body = text[1:] if text.startswith(BOM) else text
     if not body.strip():
         return OrderedDict()
+    _check_nesting(body, path)
     try:
         data = json.loads(body, object_pairs_hook=OrderedDict)
     except ValueError as exc:
@@ -97,6 +101,27 @@ def parse_daemon_json(text, path):
             "it was left untouched." % (path, _json_type(data))
         )
     return data
+
+
+def _check_nesting(body, path):
+    """Refuse objects/arrays nested deeper than MAX_NESTING, naming where (no recursion here)."""
+    depth, pos, length = 0, 0, len(body)
+    while pos < length:
+        char = body[pos]
+        if char == '"':
+            pos += 1
+            while pos < length and body[pos] != '"':
+                pos += 2 if body[pos] == "\\" else 1
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise DockerConfigError(
+                    "%s nests objects or arrays more than %d levels deep at line %d column %d; dockerd "
+                    "needs a few levels only. Fix the file by hand; it was left untouched."
+                    % ((path, MAX_NESTING) + line_col(body, pos)))
+        elif char in "]}":
+            depth -= 1
+        pos += 1
 
 
 # --- scanning: where each member of an object lies in the text -------------

@@ -28,6 +28,8 @@ description:
     mode and SELinux context of an existing file.
   - CRI-O must be restarted to use a new runtime for new pods (a runtime added by SIGHUP is not
     usable for new sandboxes).
+  - Credentials in a file being replaced, and in every message and returned value, are masked.
+    An unexpected error fails naming the file and asking for a bug report, with no traceback.
   - Needs only the Python standard library on the node.
   - CRI-O is not installable on the machines this collection is tested on; this module is
     covered by unit tests only.
@@ -141,6 +143,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import atomic_write, read_bytes
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
 
 
 def binary_exists(module, binary):
@@ -154,11 +157,11 @@ def check_request(module):
     if params["state"] != "present" or binary_exists(module, params["binary"]):
         return
     if params["set_as_default"] and not params["allow_missing_binary"]:
-        module.fail_json(msg="Refusing to make %r CRI-O's default runtime: %s is not on this node, so every pod "
-                             "would fail to start. Install the NVIDIA Container Toolkit first, or set "
-                             "allow_missing_binary=true if it is installed later." % (params["name"], params["binary"]))
-    module.warn("Runtime binary %s is not on this node yet; pods of runtime class %s will fail until it is."
-                % (params["binary"], params["name"]))
+        fail(module, "Refusing to make %r CRI-O's default runtime: %s is not on this node, so every pod "
+                     "would fail to start. Install the NVIDIA Container Toolkit first, or set "
+                     "allow_missing_binary=true if it is installed later." % (params["name"], params["binary"]))
+    warn(module, "Runtime binary %s is not on this node yet; pods of runtime class %s will fail until it is."
+                 % (params["binary"], params["name"]))
 
 
 def remove(module, path, backup):
@@ -182,9 +185,9 @@ def run_module(module):
     overrides = crio_config.find_overrides(path, params["main_config"], params["name"],
                                            params["set_as_default"], params["state"])
     for issue in overrides:
-        module.warn(issue["message"])
+        warn(module, issue["message"])
     if foreign and changed:
-        module.warn("%s was not written by this module; it is backed up before being %s."
+        warn(module, "%s was not written by this module; it is backed up before being %s."
                     % (path, "replaced" if present else "removed"))
 
     backup_file = None
@@ -221,7 +224,7 @@ ARGUMENT_SPEC = dict(
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.exit_json(**run_module(module))
+    run_and_exit(module, "crio_runtime", module.params["path"], run_module)
 
 
 if __name__ == "__main__":

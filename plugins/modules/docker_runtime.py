@@ -23,9 +23,15 @@ description:
     reloads only the keys present in the file (seen with 20.10, 26.1 and 28.5), so deleting them
     would leave the runtime registered, and still the default, until a full restart. A file
     that already held other runtimes gets its original bytes back.
-  - Before writing, the candidate is checked with C(dockerd --validate --config-file CANDIDATE)
-    when the installed dockerd has C(--validate) (Docker 23 and later); otherwise the result says
+  - Before writing, when the installed dockerd has C(--validate) (Docker 23 and later), the
+    current file is checked first with C(dockerd --validate --config-file PATH). When dockerd
+    already rejects it (for example a registry mirror without C(https://), refused by dockerd 28)
+    the module fails saying so, quotes dockerd (credentials masked) and writes nothing. Only then
+    is the candidate checked the same way. Without C(--validate) the result says
     RV(validated=false).
+  - Any input either gets a clear refusal (file, line and column, what to do) or exactly the
+    change asked for; an unexpected error fails naming the file and asking for a bug report,
+    with the file untouched and no traceback.
   - Fails before writing when dockerd's command line (systemd unit, drop-in, or C(DOCKER_OPTS)
     in C(/etc/default/docker) / C(/etc/sysconfig/docker)) already sets what this edit writes,
     and names the file that passes the flag. C(--default-runtime) with O(set_as_default=true),
@@ -121,7 +127,8 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
-    details: Credentials (keys such as C(auth), C(password), C(token)) are masked.
+    details: Credentials (keys such as C(auth), C(password), C(token), also written with JSON escapes,
+      whatever the value's type) are masked, as in every message and returned value.
 seealso:
   - module: gpunode.nvidia.containerd_runtime
   - module: gpunode.nvidia.crio_runtime
@@ -185,7 +192,8 @@ validated:
   returned: always
   type: bool
 validation_output:
-  description: What C(dockerd --validate) printed (for example C(configuration OK)), or why it did not run.
+  description: What C(dockerd --validate) printed (for example C(configuration OK)) for the candidate, or
+    for the current file when dockerd already rejects it, or why it did not run. Credentials masked.
   returned: always
   type: str
 dockerd_version:
@@ -206,7 +214,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     read_bytes,
     write_temp_beside,
 )
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
 
 SEARCH_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"]
 
@@ -225,8 +234,8 @@ def decode(module, path, data):
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        module.fail_json(msg="%s is not UTF-8 text (byte %d, line %d); dockerd cannot read it either. "
-                             "It was left untouched." % (path, exc.start, line))
+        fail(module, "%s is not UTF-8 text (byte %d, line %d); dockerd cannot read it either. "
+                     "It was left untouched." % (path, exc.start, line))
 
 
 def dockerd_facts(module):
@@ -235,7 +244,7 @@ def dockerd_facts(module):
     binary = find_executable(module, name)
     if binary is None:
         if os.sep in name:
-            module.fail_json(msg="dockerd_binary %s does not exist or is not executable." % name)
+            fail(module, "dockerd_binary %s does not exist or is not executable." % name)
         return None, None, False
     rc, out, err = module.run_command([binary, "--version"])
     match = re.search(r"version\s+v?([0-9][^\s,]*)", out + err)
@@ -261,40 +270,54 @@ def validate(module, dockerd, path, data):
     return rc == 0, mask_text(output)
 
 
+def check_original(module, dockerd, version, path, before_text):
+    """Fail when dockerd already rejects the file as it is: the edit is not what broke it."""
+    if not before_text.strip():
+        return  # nothing there yet: dockerd runs on its defaults
+    rc, out, err = module.run_command([dockerd, "--validate", "--config-file", path])
+    if rc == 0:
+        return
+    output = mask_text((out + err).strip())
+    fail(module, "dockerd %s already rejects %s as it is, before any edit, so nothing was written: %s. "
+                 "Fix that in the file first (dockerd would not start with it either), then run again."
+                 % (version, path, output),
+         validated=False, validation_output=output, dockerd_version=version)
+
+
 def check_flags(module, path):
     """Fail when dockerd's command line sets a key this edit writes; warn on another --config-file."""
     try:
         flags = docker_config.dockerd_flags(module.params["systemd_root"])
     except (IOError, OSError) as exc:
-        module.warn("Could not read the docker service's unit files: %s" % exc)
+        warn(module, "Could not read the docker service's unit files: %s" % exc)
         return
     for flag in flags:
         if flag.flag == "--config-file" and os.path.abspath(flag.value) != os.path.abspath(path):
-            module.warn("dockerd is started with --config-file %s (passed by %s), not %s: this edit "
-                        "will not reach that dockerd." % (flag.value, flag.source, path))
+            warn(module, "dockerd is started with --config-file %s (passed by %s), not %s: this edit "
+                         "will not reach that dockerd." % (flag.value, flag.source, path))
     params = module.params
     conflicts = docker_config.conflicting_flags(flags, params["name"], params["state"],
                                                 params["set_as_default"], params["cdi"])
     if conflicts:
-        module.fail_json(msg=docker_config.conflict_message(conflicts, path, params["state"]),
-                         conflicts=[c._asdict() for c in conflicts])
+        fail(module, docker_config.conflict_message(conflicts, path, params["state"]),
+             conflicts=[c._asdict() for c in conflicts])
 
 
 def check_request(module):
     params = module.params
     if params["name"] in docker_config.RESERVED_RUNTIME_NAMES:
-        module.fail_json(msg="Runtime name %r is reserved by dockerd; choose another name." % params["name"])
+        fail(module, "Runtime name %r is reserved by dockerd; choose another name." % params["name"])
     if params["state"] != "present":
         return
     if find_executable(module, params["binary"]) is not None:
         return
     if params["set_as_default"] and not params["allow_missing_binary"]:
-        module.fail_json(msg="Refusing to make %r the default runtime: its binary %s is not on this node, "
-                             "so every container would fail to start. Install the NVIDIA Container Toolkit "
-                             "first, or set allow_missing_binary=true if it is installed later (for example "
-                             "in an image build)." % (params["name"], params["binary"]))
-    module.warn("Runtime binary %s is not on this node yet; containers started with --runtime %s will fail "
-                "until it is." % (params["binary"], params["name"]))
+        fail(module, "Refusing to make %r the default runtime: its binary %s is not on this node, "
+                     "so every container would fail to start. Install the NVIDIA Container Toolkit "
+                     "first, or set allow_missing_binary=true if it is installed later (for example "
+                     "in an image build)." % (params["name"], params["binary"]))
+    warn(module, "Runtime binary %s is not on this node yet; containers started with --runtime %s will fail "
+                 "until it is." % (params["binary"], params["name"]))
 
 
 def plan(module, path, before_text):
@@ -305,14 +328,14 @@ def plan(module, path, before_text):
             params["set_as_default"], params["cdi"], params["state"])
         after_data = docker_config.parse_daemon_json(after_text, path)
     except docker_config.DockerConfigError as exc:
-        module.fail_json(msg=str(exc))
+        fail(module, str(exc))
     return after_text, after_data
 
 
 def write(module, path, before_bytes, after_bytes):
     # Someone else may have edited the file while this run computed its change.
     if read_bytes(path) != before_bytes:
-        module.fail_json(msg="%s changed while it was being edited; nothing was written. Run again." % path)
+        fail(module, "%s changed while it was being edited; nothing was written. Run again." % path)
     return atomic_write(module, path, after_bytes, backup=module.params["backup"], mode=0o644)
 
 
@@ -336,11 +359,12 @@ def run_module(module):
     elif changed and not can_validate:
         output = "dockerd %s has no --validate (Docker 23 and later have it)" % version
     elif changed:
+        check_original(module, dockerd, version, path, before_text)
         validated, output = validate(module, dockerd, path, after_bytes)
         if not validated:
-            module.fail_json(msg="dockerd rejected the new %s; the file was left untouched: %s" % (path, output),
-                             validated=False, validation_output=output, dockerd_version=version,
-                             diff=diff(path, before_text, after_text))
+            fail(module, "dockerd rejected the new %s; the file was left untouched: %s" % (path, output),
+                 validated=False, validation_output=output, dockerd_version=version,
+                 diff=diff(path, before_text, after_text))
 
     backup_file = None
     if changed and not module.check_mode:
@@ -352,7 +376,7 @@ def run_module(module):
         path=path,
         diff=diff(path, before_text, after_text),
         backup_file=backup_file,
-        runtime=mask_data(runtime) if runtime is not None else None,
+        runtime=runtime,
         default_runtime=after_data.get("default-runtime"),
         validated=validated,
         validation_output=output,
@@ -383,7 +407,7 @@ ARGUMENT_SPEC = dict(
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.exit_json(**run_module(module))
+    run_and_exit(module, "docker_runtime", module.params["path"], run_module)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ try:
 except ImportError:  # reported by containerd_toml.require_tomlkit() with the install line
     tomlkit = None
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_value
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     CRI_DUMP_PLUGINS, get_path, require_tomlkit)
 
@@ -76,10 +77,10 @@ _MISSING = object()
 
 def _describe(key, old, new):
     if key not in new:
-        return "%s (would be lost; was %r)" % (dotted(key), old[key])
+        return "%s (would be lost; was %r)" % (dotted(key), mask_value(key, old[key]))
     if key not in old:
-        return "%s (would appear: %r)" % (dotted(key), new[key])
-    return "%s (would change from %r to %r)" % (dotted(key), old[key], new[key])
+        return "%s (would appear: %r)" % (dotted(key), mask_value(key, new[key]))
+    return "%s (would change from %r to %r)" % (dotted(key), mask_value(key, old[key]), mask_value(key, new[key]))
 
 
 def runtime_in_dump(dump, name):

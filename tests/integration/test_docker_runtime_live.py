@@ -369,7 +369,7 @@ def test_deleting_the_keys_would_not_reload(docker, seeded):
     '  "not-a-dockerd-option": true,\n',
     '  "runtimes": {"crun": {"path": 5}},\n',
 ])
-def test_validate_rejects_broken_candidate(docker, capsys, broken):
+def test_validate_rejects_broken_original(docker, capsys, broken):
     original = SEED.replace("{\n", "{\n" + broken, 1)
     docker.write_config(original)
     listing = sorted(os.listdir(docker.dir))
@@ -380,13 +380,46 @@ def test_validate_rejects_broken_candidate(docker, capsys, broken):
         assert result["changed"] is True and result["validated"] is False
         assert "has no --validate" in result["validation_output"]
         return
-    assert result["failed"] is True and result["validated"] is False
+    # dockerd already refuses the file as it is: that is what the module reports.
+    assert result["failed"] is True and result["validated"] is False and "already rejects" in result["msg"]
     assert "unable to configure the Docker daemon with file %s" % docker.config in result["validation_output"]
     assert ("not-a-dockerd-option" in result["validation_output"]
             or "cannot unmarshal number" in result["validation_output"])
     with open(docker.config) as handle:
         assert handle.read() == original
     assert sorted(os.listdir(docker.dir)) == listing  # candidate removed
+
+
+@pytest.mark.parametrize("release,mirror_refused", [("trixie", False), ("sid", True)])
+def test_validate_original_first(capsys, tmp_path, release, mirror_refused):
+    """Real dockerd 26.1 and 28.5 (`--validate` needs no running daemon): a daemon.json that dockerd
+    already refuses is reported as such, quoting dockerd, credentials masked, nothing written."""
+    dockerd = os.path.join(CACHE, "docker.io-" + release, "usr", "sbin", "dockerd")
+    if not os.access(dockerd, os.X_OK):
+        pytest.skip("dockerd of %s not fetched (tests/testbed/debian-archive.sh docker.io %s)" % (release, release))
+    secret = "S3NTINEL-live-validate"
+    path = tmp_path / "daemon.json"
+    # dockerd 28 refuses a registry mirror without a scheme; 26.1 still takes it.
+    original = ('{\n  "registry-mirrors": ["mirror.example.com"],\n'
+                '  "proxies": {"http-proxy": "http://user:%s@proxy.example:3128"}\n}\n' % secret)
+    path.write_text(original)
+    result = run_module(capsys, path=str(path), dockerd_binary=dockerd, systemd_root=str(tmp_path),
+                        allow_missing_binary=True)
+    assert secret not in json.dumps(result)
+    if mirror_refused:
+        assert result["failed"] is True and result["validated"] is False
+        assert "already rejects %s as it is, before any edit, so nothing was written" % path in result["msg"]
+        assert 'no scheme specified for "mirror.example.com"' in result["msg"]
+        assert result["dockerd_version"].startswith("28.5.")
+        assert path.read_text() == original and sorted(os.listdir(str(tmp_path))) == ["daemon.json"]
+    else:
+        assert result["changed"] is True and result["validated"] is True
+        assert result["validation_output"] == "configuration OK" and secret in path.read_text()
+    # An option no dockerd knows: both refuse the file as it is; the edit is not blamed.
+    path.write_text('{\n  "not-a-dockerd-option": true\n}\n')
+    result = run_module(capsys, path=str(path), dockerd_binary=dockerd, systemd_root=str(tmp_path))
+    assert result["failed"] is True and "already rejects" in result["msg"]
+    assert "not-a-dockerd-option" in result["validation_output"]
 
 
 def test_validate_accepts_good_candidate(docker, seeded, capsys):

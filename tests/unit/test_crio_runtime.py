@@ -65,30 +65,30 @@ def test_render_as_default_with_odd_name_and_root():
     assert cc.is_managed(text) and not cc.is_managed(PACKAGED_DROPIN)
 
 
-def test_scan_finds_tables_and_keys_but_not_multiline_strings():
-    text = textwrap.dedent('''\
-        [crio.runtime]
-        default_runtime = "runc" # comment
-        description = """
-        [crio.runtime.runtimes.nvidia]
-        """
-        [crio.runtime.runtimes."nvidia"]
-        runtime_path = '/x'
-        [[crio.list]]
-        runtimes.crun.runtime_path = "/y"
-        ''')
-    found = [(s.keys, s.line) for s in cc.scan(text, "f")]
-    assert found == [
-        (("crio", "runtime"), 1),
-        (("crio", "runtime", "default_runtime"), 2),
-        (("crio", "runtime", "description"), 3),
-        (("crio", "runtime", "runtimes", "nvidia"), 6),
-        (("crio", "runtime", "runtimes", "nvidia", "runtime_path"), 7),
-        (("crio", "list"), 8),
-        (("crio", "list", "runtimes", "crun", "runtime_path"), 9),
-    ]
-    assert cc.string_value(' "runc" # comment') == "runc"
-    assert cc.string_value(" 'lit'") == "lit"
+@pytest.mark.parametrize("style", [
+    '[crio.runtime]\ndefault_runtime = "crun"\n\n[crio.runtime.runtimes.nvidia]\nruntime_path = "/opt/x"\n',
+    '\ufeffcrio.runtime.default_runtime = "crun"\r\n\r\n\r\ncrio.runtime.runtimes.nvidia.runtime_path = "/opt/x"\r\n',
+    '[crio]\nruntime.default_runtime = "cr\\u0075n"\n# [crio.runtime.runtimes.nvidia]\n'
+    'runtime.runtimes = { nvidia = { runtime_path = "/opt/x" } }\n',
+    "[crio.runtime]\ndefault_runtime = 'crun'\nnote = \"\"\"\n[crio.runtime.runtimes.nvidia]\n\"\"\"\n"
+    '[crio.runtime.runtimes."nvidia"]\n',
+])
+def test_overrides_seen_in_every_toml_style(crio_dir, style):
+    later = crio_dir / "crio.conf.d" / "99-zz-local.conf"
+    later.write_text(style, encoding="utf-8")
+    issues = cc.find_overrides(ours(crio_dir), str(crio_dir / "crio.conf"), "nvidia", True, "present")
+    assert [i["file"] for i in issues] == [str(later)] * 2
+    assert all(isinstance(i["line"], int) for i in issues)
+    assert "redefines" in issues[0]["message"] and 'default_runtime = "crun"' in issues[1]["message"]
+
+
+def test_unreadable_dropins_are_reported_not_fatal(crio_dir):
+    (crio_dir / "crio.conf.d" / "99-zz-bad.conf").write_bytes(b'[crio.runtime]\ndefault_runtime = "x\n')
+    (crio_dir / "crio.conf.d" / "99-zz-latin1.conf").write_bytes(b"# caf\xe9\n")
+    issues = cc.find_overrides(ours(crio_dir), str(crio_dir / "crio.conf"), "nvidia", False, "present")
+    assert [(os.path.basename(i["file"]), i["line"]) for i in issues] == [("99-zz-bad.conf", 2),
+                                                                          ("99-zz-latin1.conf", None)]
+    assert "not valid TOML" in issues[0]["message"] and "not UTF-8" in issues[1]["message"]
 
 
 @pytest.fixture

@@ -391,21 +391,36 @@ def test_validation_accepts(capsys, daemon_json, tmp_path):
     result = run(capsys, path=str(daemon_json), dockerd_binary=dockerd, systemd_root=str(tmp_path))
     assert result["validated"] is True and result["validation_output"] == "configuration OK"
     assert result["dockerd_version"] == "26.1.5+dfsg1"
-    candidate = log.read_text().strip()
+    original, candidate = log.read_text().split()
+    assert original == str(daemon_json)  # the file as it is, first
     assert os.path.dirname(candidate) == str(daemon_json.parent) and not os.path.exists(candidate)
 
 
 def test_validation_rejects_and_file_untouched(capsys, tmp_path):
     dockerd, log = stand_in_dockerd(tmp_path)
     path = tmp_path / "daemon.json"
-    original = '{\n  "bogus-key": 1\n}\n'
+    original = '{\n  "debug": true\n}\n'
     path.write_text(original)
-    result = run(capsys, path=str(path), dockerd_binary=dockerd, systemd_root=str(tmp_path))
+    result = run(capsys, path=str(path), dockerd_binary=dockerd, binary="/opt/bogus/nvidia-container-runtime",
+                 systemd_root=str(tmp_path))
     assert result["failed"] is True and result["validated"] is False
     assert "dockerd rejected the new %s" % path in result["msg"]
     assert "with file %s:" % path in result["validation_output"]  # temp name shown as the real path
     assert path.read_text() == original
     assert sorted(os.listdir(str(tmp_path))) == ["daemon.json", "dockerd-stand-in", "validate.log"]
+
+
+def test_original_already_rejected_is_reported_as_such(capsys, tmp_path):
+    dockerd, log = stand_in_dockerd(tmp_path)
+    path = tmp_path / "daemon.json"
+    original = '{\n  "bogus-key": 1,\n  "proxy-password": "%s"\n}\n' % SECRET
+    path.write_text(original)
+    result = run(capsys, path=str(path), dockerd_binary=dockerd, systemd_root=str(tmp_path))
+    assert result["failed"] is True and result["validated"] is False
+    assert "already rejects %s as it is, before any edit, so nothing was written" % path in result["msg"]
+    assert "bogus-key" in result["msg"] and "bogus-key" in result["validation_output"]
+    assert log.read_text().split() == [str(path)]  # no candidate was even tried
+    assert path.read_text() == original and SECRET not in json.dumps(result)
 
 
 def test_no_validate_flag_means_not_validated(capsys, daemon_json, tmp_path):
@@ -586,3 +601,29 @@ def test_documentation_matches_argument_spec():
         assert doc["options"][name]["type"] == spec["type"], name
     yaml.safe_load(docker_runtime.EXAMPLES)
     yaml.safe_load(docker_runtime.RETURN)
+
+
+@pytest.mark.parametrize("depth", [65, 100000])
+def test_deep_nesting_refused_with_position_not_recursion(depth):
+    text = '{\n  "a": ' + '{"b": [' * depth + "1" + "]}" * depth + "\n}\n"
+    with pytest.raises(dc.DockerConfigError) as err:
+        edit(text)
+    assert "more than %d levels deep at line 2 column" % dc.MAX_NESTING in str(err.value)
+
+
+def test_nesting_within_the_limit_is_edited():
+    nested = '{"b": [' * 31 + "1" + "]}" * 31
+    text = '{\n  "a": %s\n}\n' % nested
+    assert json.loads(edit(text))["a"] == json.loads(nested)
+
+
+def test_unexpected_error_is_a_clean_failure(capsys, daemon_json, tmp_path, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise AttributeError("'NoneType' object has no attribute 'x'")
+
+    monkeypatch.setattr(dc, "edit_daemon_json", broken)
+    result = run(capsys, path=str(daemon_json), systemd_root=str(tmp_path))
+    assert result["failed"] is True and "Traceback" not in json.dumps(result)
+    assert result["msg"].startswith("Unexpected error (AttributeError at test_docker_runtime.py:")  # where raised
+    assert str(daemon_json) in result["msg"] and "bug" in result["msg"]
+    assert daemon_json.read_text() == SEED
