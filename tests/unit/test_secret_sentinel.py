@@ -418,9 +418,10 @@ def test_containerd_unloadable_current_file(action, monkeypatch, outputs, tmp_pa
 
 
 def test_containerd_unexpected_exception(action, monkeypatch, outputs, config_toml):
-    def broken(text, *args, **kwargs):
-        raise KeyError(text)
+    def broken(self, args, task_vars):
+        raise KeyError(read(config_toml))
 
-    monkeypatch.setattr(action, "plan_runtime_edit", broken)
+    # The first step of every run: files are parsed later, so even a malformed corpus file gets here.
+    monkeypatch.setattr(action.ActionModule, "_resolve_target", broken)
     result = run_action(action, monkeypatch, outputs, StandInNode(config_toml))
     assert result["failed"] is True and "bug" in result["msg"]
