@@ -95,9 +95,10 @@ options:
       - Where the node keeps the record of its last successful proof (JSON), keyed on what the proof depends
         on, the runtime's config file (SHA-256), the runtime's version, the NVIDIA driver version, the container
         toolkit version, the engine, socket, handler and image.
-      - A run that passes writes it (this is not reported as a change). An empty string keeps no record.
+      - A run that passes writes it (this is not reported as a change). Empty (the default), no record is kept;
+        the role C(gpunode.nvidia.gpu_verify) keeps it in C(/var/lib/gpunode/last-proof.json).
     type: str
-    default: /var/lib/gpunode/last-proof.json
+    default: ""
   recall:
     description:
       - Report the recorded proof instead of running the workload, when it still holds, every part of its key
@@ -152,6 +153,7 @@ EXAMPLES = r"""
 
 - name: Nothing changed on the node, report its recorded proof if it still holds
   gpunode.nvidia.gpu_workload_check:
+    record_path: /var/lib/gpunode/last-proof.json
     recall: true
   register: gpu_recalled
 """
@@ -572,7 +574,7 @@ def main():
             pull_timeout=dict(type="int", default=600),
             require_gpu=dict(type="bool", default=False),
             node_name=dict(type="str"),
-            record_path=dict(type="str", default="/var/lib/gpunode/last-proof.json"),
+            record_path=dict(type="str", default=""),
             recall=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
