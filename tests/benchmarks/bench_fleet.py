@@ -18,7 +18,10 @@ All fleet- containers and the network are removed at the end, also on failure.
 
 Environment: FLEET_SIZES (1,10), FLEET_CONNECTIONS (docker,ssh), FLEET_RUNS (timed repeats,
 best kept; 1), FLEET_PROFILE=1 (profile_tasks output of the no-op runs under .cache/bench-fleet/),
-FLEET_STRATEGY (e.g. mitogen_linear, with FLEET_STRATEGY_PLUGINS the strategy plugin path).
+FLEET_STRATEGY (e.g. mitogen_linear, with FLEET_STRATEGY_PLUGINS the strategy plugin path),
+FLEET_NAME (prefix of the containers and network, `fleet`), FLEET_COMPARE (another checkout of the
+collection, e.g. the previous release made with `git worktree add`, whose no-op site.yml is timed
+on the same nodes right before this one's; its .cache/collections must point at it).
 """
 import json
 import os
@@ -32,9 +35,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 IMAGE = "fleet-node-ssh:bookworm"
-NETWORK = "fleet-net"
-PREFIX = "fleet-node-"
-LOGS = os.path.join(REPO, ".cache", "bench-fleet")
+# FLEET_NAME=fleet-b runs a second benchmark beside the first (its own containers and network).
+NAME = os.environ.get("FLEET_NAME", "fleet")
+NETWORK = NAME + "-net"
+PREFIX = NAME + "-node-"
+LOGS = os.path.join(REPO, ".cache", "bench-" + NAME)
 DOCKER_FLAGS = [
     "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/containerd",
     "--tmpfs", "/run", "--tmpfs", "/run/lock",
@@ -109,10 +114,10 @@ def write_inventory(work, connection, names, addresses, key):
     return path
 
 
-def playbook(inventory, play, limit, label, extra_env=None, extra_args=()):
+def playbook(inventory, play, limit, label, extra_env=None, extra_args=(), repo=REPO):
     """Runs one ansible-playbook; returns (seconds, recap per host, output lines)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(repo, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(repo, ".cache", "collections"),
                ANSIBLE_FORKS=str(len(limit)), ANSIBLE_HOST_KEY_CHECKING="false")
     strategy = os.environ.get("FLEET_STRATEGY")
     if strategy:
@@ -200,28 +205,33 @@ def main():
               " running container survived: %s" % (connections[0], len(names), elapsed, summed(recap, "changed"),
                                                     sorted(set(counts.values())), survived))
 
+        versions = [("this", REPO)]
+        if os.environ.get("FLEET_COMPARE"):
+            versions.insert(0, ("compare", os.path.abspath(os.environ["FLEET_COMPARE"])))
         rows = []
         for conn in connections:
             for size in sizes:
                 limit = names[:size]
-                before = {name: containerd_state(name) for name in limit}
                 floor_s, _, _ = best_of(runs, inventories[conn], floor, limit, "floor-%s-%d" % (conn, size))
-                extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
-                         "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "100"} if profile else {}
-                noop_s, recap, lines = best_of(runs, inventories[conn], site, limit, "noop-%s-%d" % (conn, size),
-                                               extra_env=extra)
-                counts, survived, _ = restarts(limit, before)
-                rows.append((conn, size, floor_s, noop_s, summed(recap, "changed"), summed(recap, "ok"),
-                             lines / float(size), sum(counts.values()), survived))
+                for version, repo in versions:
+                    before = {name: containerd_state(name) for name in limit}
+                    extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+                             "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "100"} if profile else {}
+                    noop_s, recap, lines = best_of(
+                        runs, inventories[conn], os.path.join(repo, "playbooks", "site.yml"), limit,
+                        "noop-%s-%s-%d" % (version, conn, size), extra_env=extra, repo=repo)
+                    counts, survived, _ = restarts(limit, before)
+                    rows.append((version, conn, size, floor_s, noop_s, summed(recap, "changed"), summed(recap, "ok"),
+                                 lines / float(size), sum(counts.values()), survived))
 
         print()
-        print("| connection | nodes | floor s | no-op site.yml s | ratio | changed | ok/node | lines/node"
+        print("| version | connection | nodes | floor s | no-op site.yml s | ratio | changed | ok/node | lines/node"
               " | restarts | container survived |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for conn, size, floor_s, noop_s, changed, ok, lines, restarted, survived in rows:
-            print("| %s | %d | %.1f | %.1f | %.2f | %d | %.0f | %.0f | %d | %s |" % (
-                conn, size, floor_s, noop_s, noop_s / floor_s, changed, ok / float(size), lines, restarted,
-                survived))
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for version, conn, size, floor_s, noop_s, changed, ok, lines, restarted, survived in rows:
+            print("| %s | %s | %d | %.1f | %.1f | %.2f | %d | %.0f | %.0f | %d | %s |" % (
+                version, conn, size, floor_s, noop_s, noop_s / floor_s, changed, ok / float(size), lines,
+                restarted, survived))
         print()
         print("load at end %.2f %.2f %.2f; logs in %s" % (*os.getloadavg(), LOGS))
     finally:
