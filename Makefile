@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(REPO)/.cache/collections
 export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: demo demo-clean test unit integration molecule lint bootstrap
+.PHONY: demo demo-clean test unit integration molecule lint bootstrap bench
 
 bootstrap:
 	tests/testbed/bootstrap.sh
@@ -39,3 +39,11 @@ lint: bootstrap
 	test -x .cache/lint-venv/bin/ansible-lint || { python3 -m venv .cache/lint-venv && \
 	  .cache/lint-venv/bin/pip install -q ansible-core==2.19.14 ansible-lint==26.10.1 tomlkit kubernetes; }
 	PATH=$(REPO)/.cache/lint-venv/bin:$$PATH .cache/lint-venv/bin/ansible-lint
+
+# Benchmarks print figures (no pass/fail) and are not part of `make test`. The fleet benchmark
+# starts FLEET_SIZES node containers (largest size) and drives them over docker and SSH:
+#   make bench FLEET_SIZES=1,10 FLEET_CONNECTIONS=docker,ssh
+FLEET_SIZES ?= 1,10
+FLEET_CONNECTIONS ?= docker,ssh
+bench: bootstrap
+	FLEET_SIZES=$(FLEET_SIZES) FLEET_CONNECTIONS=$(FLEET_CONNECTIONS) $(PY) tests/benchmarks/bench_fleet.py
