@@ -18,7 +18,7 @@ All fleet- containers and the network are removed at the end, also on failure.
 
 Environment: FLEET_SIZES (1,10), FLEET_CONNECTIONS (docker,ssh), FLEET_RUNS (timed repeats,
 best kept; 1), FLEET_PROFILE=1 (profile_tasks output of the no-op runs under .cache/bench-fleet/),
-FLEET_STRATEGY (e.g. mitogen_linear, with FLEET_STRATEGY_PLUGINS the strategy plugin path),
+FLEET_MITOGEN=1 (also time floor and no-op over SSH with the mitogen_linear strategy, PyPI `mitogen`),
 FLEET_NAME (prefix of the containers and network, `fleet`), FLEET_COMPARE (another checkout of the
 collection, e.g. the previous release made with `git worktree add`, whose no-op site.yml is timed
 on the same nodes right before this one's; its .cache/collections must point at it).
@@ -119,9 +119,6 @@ def playbook(inventory, play, limit, label, extra_env=None, extra_args=(), repo=
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(repo, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(repo, ".cache", "collections"),
                ANSIBLE_FORKS=str(len(limit)), ANSIBLE_HOST_KEY_CHECKING="false")
-    strategy = os.environ.get("FLEET_STRATEGY")
-    if strategy:
-        env.update(ANSIBLE_STRATEGY=strategy, ANSIBLE_STRATEGY_PLUGINS=os.environ.get("FLEET_STRATEGY_PLUGINS", ""))
     env.update(extra_env or {})
     # Each run opens its own SSH master connections: one run does not warm the next.
     control_dir = tempfile.mkdtemp(prefix="fleet-cp-")
@@ -148,6 +145,13 @@ def output_lines(text):
     """Lines a person reads up to the recap, without profile_tasks' timing lines."""
     body = text.split("PLAY RECAP")[0]
     return sum(1 for line in body.splitlines() if not PROFILE_LINE.search(line))
+
+
+def mitogen_env():
+    """The environment that turns the mitogen_linear strategy on (mitogen from PyPI)."""
+    import ansible_mitogen  # noqa: E402  (only when asked for)
+    plugins = os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy")
+    return {"ANSIBLE_STRATEGY": "mitogen_linear", "ANSIBLE_STRATEGY_PLUGINS": plugins}
 
 
 def containerd_state(name):
@@ -208,18 +212,23 @@ def main():
         versions = [("this", REPO)]
         if os.environ.get("FLEET_COMPARE"):
             versions.insert(0, ("compare", os.path.abspath(os.environ["FLEET_COMPARE"])))
+        transports = [(conn, {}) for conn in connections]
+        if os.environ.get("FLEET_MITOGEN") == "1" and "ssh" in connections:
+            transports.append(("ssh+mitogen", mitogen_env()))
+        extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+                 "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "100"} if profile else {}
         rows = []
-        for conn in connections:
+        for conn, transport_env in transports:
+            inventory = inventories[conn.split("+")[0]]
             for size in sizes:
                 limit = names[:size]
-                floor_s, _, _ = best_of(runs, inventories[conn], floor, limit, "floor-%s-%d" % (conn, size))
+                floor_s, _, _ = best_of(runs, inventory, floor, limit, "floor-%s-%d" % (conn, size),
+                                        extra_env=transport_env)
                 for version, repo in versions:
                     before = {name: containerd_state(name) for name in limit}
-                    extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
-                             "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "100"} if profile else {}
                     noop_s, recap, lines = best_of(
-                        runs, inventories[conn], os.path.join(repo, "playbooks", "site.yml"), limit,
-                        "noop-%s-%s-%d" % (version, conn, size), extra_env=extra, repo=repo)
+                        runs, inventory, os.path.join(repo, "playbooks", "site.yml"), limit,
+                        "noop-%s-%s-%d" % (version, conn, size), extra_env=dict(extra, **transport_env), repo=repo)
                     counts, survived, _ = restarts(limit, before)
                     rows.append((version, conn, size, floor_s, noop_s, summed(recap, "changed"), summed(recap, "ok"),
                                  lines / float(size), sum(counts.values()), survived))
