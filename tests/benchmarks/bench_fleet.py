@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -180,7 +181,12 @@ def best_of(runs, *args, **kwargs):
     return min(results, key=lambda result: result[0])
 
 
+def stop(signum, _frame):
+    raise SystemExit("stopped by signal %d" % signum)  # runs the cleanup in main()'s finally
+
+
 def main():
+    signal.signal(signal.SIGTERM, stop)
     sizes = sorted({int(size) for size in env_list("FLEET_SIZES", "1,10")})
     connections = env_list("FLEET_CONNECTIONS", "docker,ssh")
     runs = int(os.environ.get("FLEET_RUNS", "1"))
