@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(REPO)/.cache/collections
 export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: demo demo-clean test unit integration molecule lint bootstrap
+.PHONY: demo demo-clean test unit integration molecule lint bootstrap bench
 
 bootstrap:
 	tests/testbed/bootstrap.sh
@@ -66,3 +66,11 @@ changelog:
 # Unit tests and one integration path on the oldest supported ansible-core (2.16, own venv).
 compat:
 	tests/compat/run.sh
+
+# Benchmarks print figures (no pass/fail) and are not part of `make test`. The fleet benchmark
+# starts FLEET_SIZES node containers (largest size) and drives them over docker and SSH:
+#   make bench FLEET_SIZES=1,10 FLEET_CONNECTIONS=docker,ssh
+FLEET_SIZES ?= 1,10
+FLEET_CONNECTIONS ?= docker,ssh
+bench: bootstrap
+	FLEET_SIZES=$(FLEET_SIZES) FLEET_CONNECTIONS=$(FLEET_CONNECTIONS) $(PY) tests/benchmarks/bench_fleet.py

@@ -328,6 +328,12 @@ class Docker:
         except ValueError:
             return []
 
+    def version(self):
+        rc, out = self.run(["version", "--format", "{{.Server.Version}}"], 30)
+        if rc != 0:
+            raise WorkloadError("runtime", out.strip())
+        return out.strip()
+
     def image_present(self, image):
         return self.run(["image", "inspect", "--format", "{{.Id}}", image], 30)[0] == 0
 

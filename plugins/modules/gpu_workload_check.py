@@ -90,6 +90,23 @@ options:
   node_name:
     description: The node's name in messages. Default, the host name.
     type: str
+  record_path:
+    description:
+      - Where the node keeps the record of its last successful proof (JSON), keyed on what the proof depends
+        on, the runtime's config file (SHA-256), the runtime's version, the NVIDIA driver version, the container
+        toolkit version, the engine, socket, handler and image.
+      - A run that passes writes it (this is not reported as a change). Empty (the default), no record is kept;
+        the role C(gpunode.nvidia.gpu_verify) keeps it in C(/var/lib/gpunode/last-proof.json).
+    type: str
+    default: ""
+  recall:
+    description:
+      - Report the recorded proof instead of running the workload, when it still holds, every part of its key
+        is as it is now and the live runtime has O(runtime_handler) loaded. RV(proof) is then V(recorded).
+      - When it does not hold, nothing is run, RV(verdict) is V(not-run), RV(proof) is V(none) and
+        RV(proof_reason) says why; run the module again without O(recall) for a fresh proof.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -135,6 +152,12 @@ EXAMPLES = r"""
 - name: A GPU node must really have a GPU
   gpunode.nvidia.gpu_workload_check:
     require_gpu: true
+
+- name: Nothing changed on the node, report its recorded proof if it still holds
+  gpunode.nvidia.gpu_workload_check:
+    record_path: /var/lib/gpunode/last-proof.json
+    recall: true
+  register: gpu_recalled
 """
 
 RETURN = r"""
@@ -238,6 +261,29 @@ cleanup:
   returned: when the workload ran or failed after creating something
   type: dict
   sample: {removed: true, problems: [], leftovers: []}
+proof:
+  description: V(fresh) (the workload ran now), V(recorded) (the node's recorded proof still holds, see O(recall))
+    or V(none) (no proof, see RV(proof_reason)).
+  returned: always
+  type: str
+  sample: recorded
+proof_reason:
+  description: Why the recorded proof does not hold (with O(recall)).
+  returned: when O(recall) found no valid record
+  type: str
+  sample: "changed since the recorded proof: runtime config file"
+proof_recorded_at:
+  description: When the reported proof was recorded (UTC, ISO 8601).
+  returned: when RV(proof) is V(recorded), or V(fresh) and the record was written
+  type: str
+  sample: "2026-11-23T17:40:02Z"
+proof_key:
+  description: What the proof depends on, as the node is now (the record's key).
+  returned: when the runtime answered
+  type: dict
+  sample: {engine: containerd, socket: /run/containerd/containerd.sock, runtime_handler: nvidia,
+           image: "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04", config_sha256: 3b0c...,
+           runtime_version: 1.6.20~ds1, driver_version: 550.54.15, toolkit_version: 1.17.8-1}
 duration_s:
   description: Wall time of the whole check.
   returned: always
@@ -250,6 +296,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
+from ansible_collections.gpunode.nvidia.plugins.module_utils import proof
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather, normalize_socket
 from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
@@ -267,7 +315,7 @@ class CheckFailed(Exception):
 
 def discover(params):
     """Node facts needed here: GPUs, driver and, unless given, the runtime kubelet uses."""
-    sections = ["gpus", "driver"]
+    sections = ["gpus", "driver", "toolkit"]
     if params["engine"] == "auto" or not params["socket"] or not params["config_path"]:
         sections += ["runtimes", "kubelet", "target"]
     return gather("/", sections)
@@ -397,7 +445,7 @@ def base_result(params, facts):
         "gpu": "present" if gpus else "none", "gpus": gpus,
         "driver": (facts.get("driver") or {}).get("version"), "nvidia_smi": wl.nvidia_smi_summary(),
         "runtime_wiring_verified": False, "cuda_verified": False, "passed": False, "verdict": "failed",
-        "explanation": None,
+        "explanation": None, "proof": "none",
     }
 
 
@@ -419,6 +467,8 @@ def check(module):
             raise CheckFailed("no NVIDIA GPU on %s (sysfs lists none) and require_gpu is set" % result["node"])
         engine, socket, config_path, service, binary = resolve_runtime(params, facts)
         result.update(engine=engine, socket=socket, config_path=config_path)
+        if params["recall"]:
+            recall(module, result, facts, started)
         context = {"node": result["node"], "socket": socket, "config_path": config_path, "engine": engine,
                    "service": service or None, "runtime_handler": params["runtime_handler"],
                    "image": params["image"], "timeout": params["timeout"], "binary": binary or None}
@@ -429,6 +479,7 @@ def check(module):
             result["verdict"] = "not-run"
         else:
             failure = judge(result, run, context)
+            result["proof"] = "fresh"
         result["changed"] = result.get("image_source", "present") != "present"
         if failure:
             raise CheckFailed(failure)
@@ -436,10 +487,72 @@ def check(module):
         result["duration_s"] = round(time.time() - started, 3)
         module.fail_json(msg=with_explanation(exc.msg, result["explanation"]), **mask_data(result))
     result["duration_s"] = round(time.time() - started, 3)
+    if result["proof"] == "fresh" and params["record_path"]:
+        record_proof(module, result, facts)
     diff = image_diff(result)
     if diff and module._diff:
         result["diff"] = diff
     module.exit_json(**mask_data(result))
+
+
+def current_key(params, result, facts):
+    """(the proof's key as the node is now, handlers the live runtime has loaded); CheckFailed when it does not answer."""
+    content = filewrite.read_bytes(result["config_path"]) if result["config_path"] else None
+    try:
+        if result["engine"] == "docker":
+            docker = wl.Docker(wl.which("docker") or "docker", result["socket"])
+            version, handlers = docker.version(), docker.runtimes()
+        else:
+            client = cri.CRIClient(result["socket"], timeout=CRI_CALL_TIMEOUT)
+            version = client.version().get("runtime_version")
+            handlers = cri.runtimes_from_status(client.status(verbose=True))
+    except (cri.CRIError, wl.WorkloadError) as exc:
+        raise CheckFailed("the runtime on %s does not answer: %s" % (result["socket"], getattr(exc, "message", exc)))
+    key = proof.proof_key(
+        result["engine"], result["socket"], params["runtime_handler"], params["image"],
+        filewrite.sha256_bytes(content) if content is not None else None, version,
+        (facts.get("driver") or {}).get("version"), (facts.get("toolkit") or {}).get("version"))
+    return key, handlers
+
+
+def recall(module, result, facts, started):
+    """Exit with the recorded proof when it still holds, else with verdict not-run and the reason."""
+    params = module.params
+    try:
+        key, handlers = current_key(params, result, facts)
+        result["proof_key"] = key
+        record = proof.parse((filewrite.read_bytes(params["record_path"]) or b"").decode("utf-8", "replace")) \
+            if params["record_path"] else None
+        valid, reason = proof.holds(record, key, handlers)
+    except CheckFailed as exc:
+        valid, reason = False, exc.msg
+    except (IOError, OSError) as exc:
+        valid, reason = False, "cannot read %s: %s" % (params["record_path"], exc)
+    if valid:
+        result.update(proof="recorded", proof_recorded_at=record["recorded_at"], verdict=record["verdict"],
+                      passed=True, cuda_verified=record["cuda_verified"],
+                      runtime_wiring_verified=record["runtime_wiring_verified"])
+    else:
+        result.update(proof="none", proof_reason=reason, verdict="not-run")
+    result["duration_s"] = round(time.time() - started, 3)
+    module.exit_json(**mask_data(result))
+
+
+def record_proof(module, result, facts):
+    """Keep this run's proof on the node; a failure to write it is a warning, the proof stands."""
+    if module.check_mode:
+        return
+    try:
+        key, _handlers = current_key(module.params, result, facts)
+        record = proof.make_record(key, result)
+        if record is None:
+            return
+        filewrite.atomic_write(module, module.params["record_path"], proof.dumps(record).encode("utf-8"), mode=0o644)
+    except (CheckFailed, IOError, OSError) as exc:
+        module.warn("the proof passed but was not recorded in %s: %s" % (module.params["record_path"],
+                                                                       getattr(exc, "msg", exc)))
+        return
+    result.update(proof_key=key, proof_recorded_at=record["recorded_at"])
 
 
 def with_explanation(msg, explanation):
@@ -463,6 +576,8 @@ def main():
             pull_timeout=dict(type="int", default=600),
             require_gpu=dict(type="bool", default=False),
             node_name=dict(type="str"),
+            record_path=dict(type="str", default=""),
+            recall=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

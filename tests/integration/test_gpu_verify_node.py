@@ -105,6 +105,41 @@ def test_vectoradd_passes_through_the_nvidia_handler(node):
         node.dist.version, again["duration_s"], again["wall_s"]))
 
 
+def test_a_recorded_proof_is_reported_while_it_holds_and_only_then(node, tmp_path):
+    """recall: the node's last proof stands in for a run until the config file or the image changes."""
+    record = str(tmp_path / "gpunode" / "last-proof.json")
+    invocations = len(node.standin_invocations())
+    assert check(node, record_path=record, recall=True)["proof"] == "none"  # nothing recorded yet
+
+    fresh = check(node, record_path=record, image_tarball=node.images["vectoradd"])
+    assert fresh["proof"] == "fresh" and fresh["verdict"] == "wiring-only", fresh.get("msg")
+    assert json.load(open(record))["key"] == fresh["proof_key"]
+    assert fresh["proof_key"]["runtime_version"] and fresh["proof_key"]["config_sha256"]
+    ran = len(node.standin_invocations())
+    assert ran > invocations
+
+    recalled = check(node, record_path=record, recall=True)
+    assert not recalled.get("failed") and recalled["changed"] is False
+    assert recalled["proof"] == "recorded" and recalled["verdict"] == "wiring-only" and recalled["passed"] is True
+    assert recalled["proof_recorded_at"] == fresh["proof_recorded_at"] and "workload" not in recalled
+    assert len(node.standin_invocations()) == ran  # nothing ran through the runtime
+
+    other_image = check(node, record_path=record, recall=True, image=daemons.VECTORADD_FAIL_IMAGE)
+    assert other_image["proof"] == "none" and "workload image" in other_image["proof_reason"]
+    with open(node.config_path) as handle:
+        original = handle.read()
+    try:
+        with open(node.config_path, "a") as handle:
+            handle.write("\n# an operator's comment\n")
+        edited = check(node, record_path=record, recall=True)
+        assert edited["proof"] == "none" and edited["verdict"] == "not-run"
+        assert "runtime config file" in edited["proof_reason"]
+    finally:
+        with open(node.config_path, "w") as handle:
+            handle.write(original)
+    assert len(node.standin_invocations()) == ran
+
+
 def test_without_the_nvidia_handler_the_standin_fails(node):
     """The same image through plain runc: no marker, no pass. A pass above is real evidence."""
     result = check(node, runtime_handler="runc")
