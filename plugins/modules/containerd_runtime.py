@@ -262,6 +262,7 @@ ARGUMENT_SPEC = dict(
     backup=dict(type="bool", default=False),
     allow_missing_binary=dict(type="bool", default=False),
     allow_path_mismatch=dict(type="bool", default=False),
+    drop_in=dict(type="path"),
 )
 
 
