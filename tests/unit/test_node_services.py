@@ -1,0 +1,193 @@
+"""node_services over GPU node trees with a recording systemctl stand-in (no GPU, no systemd here).
+
+The systemd stand-in keeps enabled/active/failed per unit and answers systemctl as systemd does
+(is-enabled/is-active rc 0 or not); the tree gives sysfs, /proc, unit files and dpkg status.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gpu_health_trees as trees  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils import node_services  # noqa: E402
+
+
+class FakeSystemd(object):
+    def __init__(self, enabled=(), active=(), fail_start=(), tree=None, spec_driver=trees.DRIVER):
+        self.enabled, self.active = set(enabled), set(active)
+        self.failed, self.fail_start = set(), set(fail_start)
+        self.calls, self.tree, self.spec_driver = [], tree, spec_driver
+
+    def __call__(self, argv):
+        self.calls.append(argv)
+        if argv[0] != "systemctl":
+            if argv[1:3] == ["cdi", "generate"]:
+                path = argv[3].split("=", 1)[1]
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as handle:
+                    handle.write(trees.CDI_SPEC % {"driver": self.spec_driver})
+                return 0, "", ""
+            return 127, "", "not found"
+        verb, unit = argv[1], argv[2]
+        if verb == "is-enabled":
+            return (0, "enabled\n", "") if unit in self.enabled else (1, "disabled\n", "")
+        if verb == "is-active":
+            return (0, "active\n", "") if unit in self.active else (3, "inactive\n", "")
+        if verb == "enable":
+            self.enabled.add(unit)
+        elif verb in ("start", "restart"):
+            if unit in self.fail_start:
+                self.failed.add(unit)
+                return 1, "", "Job for %s failed because the control process exited with error code." % unit
+            self.active.add(unit)
+        elif verb == "reset-failed":
+            self.failed.discard(unit)
+        return 0, "", ""
+
+    def verbs(self, unit=None):
+        return [" ".join(c[1:2]) for c in self.calls if c[0] == "systemctl" and (unit is None or c[2] == unit)
+                and c[1] not in ("is-enabled", "is-active")]
+
+
+def ensure(root, runner, **kwargs):
+    return node_services.ensure_node_services(root=str(root), runner=runner, **kwargs)
+
+
+def test_no_gpu_skips_with_a_clear_message(tmp_path):
+    tree = trees.new(tmp_path)
+    tree.unit("nvidia-persistenced.service", exec_start="/usr/bin/nvidia-persistenced", enabled=False)
+    systemd = FakeSystemd()
+    result = ensure(tmp_path, systemd)
+    assert result["gpu"] is False and result["failed"] is False and result["changed"] is False
+    assert "No NVIDIA GPU" in result["msg"]
+    assert systemd.calls == []
+
+
+def test_bake_enables_persistenced_without_gpu_and_starts_nothing(tmp_path):
+    tree = trees.new(tmp_path)
+    tree.unit("nvidia-persistenced.service", exec_start="/usr/bin/nvidia-persistenced", enabled=False)
+    systemd = FakeSystemd()
+    result = ensure(tmp_path, systemd, start=False)
+    assert result["failed"] is False and result["changed"] is True
+    assert systemd.verbs() == ["enable"]
+    assert result["cdi"] is None and "first boot" in result["msg"]
+    again = ensure(tmp_path, systemd, start=False)
+    assert again["changed"] is False
+
+
+def test_gpu_node_starts_persistenced_and_keeps_a_matching_spec(tmp_path):
+    trees.gpu_node(trees.new(tmp_path))
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["failed"] is False, result["msg"]
+    assert result["persistenced"]["active"] is True and systemd.verbs() == ["start"]
+    assert result["cdi"]["matches_driver"] and not result["cdi"]["refreshed"]
+    assert ensure(tmp_path, systemd)["changed"] is False
+
+
+def test_check_mode_changes_nothing(tmp_path):
+    trees.gpu_node(trees.new(tmp_path), cdi=False)
+    systemd = FakeSystemd()
+    result = ensure(tmp_path, systemd, check_mode=True)
+    assert result["changed"] is True
+    assert "systemctl enable nvidia-persistenced.service" in result["actions"]
+    assert any("cdi generate" in action for action in result["actions"])
+    assert systemd.verbs() == [] and not os.path.exists(tmp_path / "var/run/cdi/nvidia.yaml")
+
+
+def test_missing_spec_is_generated_with_nvidia_ctk(tmp_path):
+    trees.gpu_node(trees.new(tmp_path), cdi=False)
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["cdi"]["method"] == "nvidia-ctk cdi generate" and result["cdi"]["refreshed"]
+    assert (tmp_path / "var/run/cdi/nvidia.yaml").read_text().count(trees.DRIVER) == 4
+    assert ensure(tmp_path, systemd)["changed"] is False
+
+
+def test_stale_spec_is_refreshed(tmp_path):
+    trees.gpu_node(trees.new(tmp_path))
+    (tmp_path / "var/run/cdi/nvidia.yaml").write_text(trees.CDI_SPEC % {"driver": "550.163.01"})
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["cdi"]["refreshed"] and "does not describe" in result["cdi"]["reason"]
+
+
+def test_refresh_asked_regenerates_a_matching_spec(tmp_path):
+    trees.gpu_node(trees.new(tmp_path))
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd, refresh_cdi=True)
+    assert result["cdi"]["refreshed"] and result["changed"]
+
+
+def test_refresh_unit_is_reset_then_restarted(tmp_path):
+    tree = trees.gpu_node(trees.new(tmp_path), cdi=False)
+    tree.unit("nvidia-cdi-refresh.service", exec_start="/usr/bin/nvidia-ctk cdi generate", enabled=False)
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    systemd.failed.add("nvidia-cdi-refresh.service")  # failed at boot, before the driver was usable
+    result = ensure(tmp_path, systemd)
+    assert systemd.verbs("nvidia-cdi-refresh.service") == ["reset-failed", "restart"]
+    assert result["cdi"]["method"] == "nvidia-cdi-refresh.service" and not result["failed"]
+    assert "nvidia-cdi-refresh.service" not in systemd.failed
+
+
+def test_failed_refresh_unit_is_not_left_failed(tmp_path):
+    tree = trees.gpu_node(trees.new(tmp_path), cdi=False)
+    tree.unit("nvidia-cdi-refresh.service", exec_start="/usr/bin/nvidia-ctk cdi generate", enabled=False)
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"],
+                          fail_start=["nvidia-cdi-refresh.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["failed"] and "journalctl -u nvidia-cdi-refresh.service" in result["msg"]
+    assert systemd.verbs("nvidia-cdi-refresh.service") == ["reset-failed", "restart", "reset-failed"]
+    assert "nvidia-cdi-refresh.service" not in systemd.failed
+
+
+def test_driver_not_loaded_enables_but_starts_nothing(tmp_path):
+    tree = trees.gpu_node(trees.new(tmp_path), cdi=False)
+    os.remove(tree.local("/proc/driver/nvidia/version"))
+    os.remove(tree.local("/sys/module/nvidia/version"))
+    systemd = FakeSystemd()
+    result = ensure(tmp_path, systemd)
+    assert not result["failed"] and systemd.verbs() == ["enable"]
+    assert result["cdi"] is None and "not loaded" in result["msg"]
+
+
+def test_nvswitch_node_starts_fabric_manager_at_the_driver_version(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path))
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["nvswitch"] and not result["failed"], result["msg"]
+    assert result["fabricmanager"]["version"] == trees.DRIVER
+    assert systemd.verbs("nvidia-fabricmanager.service") == ["enable", "start"]
+
+
+def test_fabric_manager_at_another_version_fails_and_starts_nothing(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), fabricmanager="570.133.20")
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["failed"] and "570.133.20" in result["msg"] and trees.DRIVER in result["msg"]
+    assert systemd.verbs("nvidia-fabricmanager.service") == []
+
+
+def test_nvswitch_without_fabric_manager_fails(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), fabricmanager=None)
+    result = ensure(tmp_path, FakeSystemd())
+    assert result["failed"] and "without fabric manager" in result["msg"]
+
+
+def test_fourth_generation_nvswitch_needs_nvlsm(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), device="0x2901")
+    result = ensure(tmp_path, FakeSystemd())
+    assert result["failed"] and "NVLSM" in result["msg"]
+    other = tmp_path / "with-nvlsm"
+    trees.nvswitch_node(trees.new(other), device="0x2901", nvlsm=True)
+    assert not ensure(other, FakeSystemd())["failed"]
+
+
+def test_gpu_operator_toolkit_keeps_its_cdi_spec(tmp_path):
+    tree = trees.gpu_node(trees.new(tmp_path), cdi=False)
+    tree.mkdir("/usr/local/nvidia/toolkit")
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd)
+    assert result["cdi"] is None and "GPU operator" in result["msg"]
+    assert result["operator_toolkit"] == ["install directory /usr/local/nvidia/toolkit"]
