@@ -7,7 +7,8 @@ Run once per instance by gpunode-firstboot.service (before kubelet, after the co
 runtime), with the collection's own node code installed beside it:
 
 1. load the NVIDIA kernel module, checking that the installed flavour (open or proprietary)
-   is the one the GPU generation needs (driver_plan.choose_flavour);
+   can drive the GPU generation (driver_plan.choose_flavour: the open modules need Turing or
+   newer) or is the one asked for;
 2. node services (node_services.ensure_node_services): persistence daemon, fabric manager on
    NVSwitch systems, the CDI spec refreshed now that the driver is usable;
 3. re-enable the toolkit units the bake deferred (nvidia-cdi-refresh.path);
@@ -30,6 +31,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 
 DEFAULTS = {
@@ -113,25 +115,28 @@ def load_driver(facts, config, runner):
                    if driver_plan.branch_of(v)), None)
     wanted, why = driver_plan.choose_flavour(config["driver_flavour"], gpus, branch)
     have = driver.get("flavour") if driver.get("loaded") else installed_flavour(runner)
-    if have and have != wanted:
+    # auto: the proprietary module drives every generation; only the open one needs Turing or newer.
+    unusable = have == "open" if config["driver_flavour"] == "auto" else have != wanted
+    if have and have != wanted and unusable:
         raise StepFailed("driver", "the %s NVIDIA kernel module is %s, but this machine needs the %s one (%s): "
                          "bake the image with nvidia_driver_flavour=%s, or a variant per GPU generation"
                          % (have, "loaded" if driver.get("loaded") else "installed", wanted, why, wanted))
+    if have and have != wanted:
+        why = "the %s module drives this GPU; the %s one is recommended (%s)" % (have, wanted, why)
     if driver.get("loaded"):
         return {"state": "loaded", "flavour": have, "version": driver.get("version"), "msg": why}
     for module in config["driver_modules"]:
         rc, out, err = runner(["modprobe", module])
         if rc != 0:
             raise StepFailed("driver", "modprobe %s failed (exit %d): %s" % (module, rc, (err or out).strip()))
-    return {"state": "loaded-now", "flavour": wanted, "msg": why}
+    return {"state": "loaded-now", "flavour": have or wanted, "msg": why}
 
 
 # --- 2. and 3. node services, deferred units -----------------------------------------------------
 
-def node_services(runner):
+def node_services(root, runner):
     """The collection's node services (persistenced, fabric manager, CDI), started and refreshed."""
-    from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
-    result = ensure_node_services(root="/", runner=runner, check_mode=False, refresh_cdi=True, start=True,
+    result = ensure_node_services(root=root, runner=runner, check_mode=False, refresh_cdi=True, start=True,
                                   enable=True)
     if result.get("failed"):
         raise StepFailed("node_services", result.get("msg") or "node services failed", result)
@@ -227,11 +232,12 @@ def workload_check(facts, config, node):
 
 # --- the whole first boot ------------------------------------------------------------------------
 
-def first_boot(config_path=fs.CONFIG_PATH, runner=run_command, node="localhost", force=False):
-    """Run the first boot unless it already succeeded on this instance; return the status written."""
+def first_boot(config_path=fs.CONFIG_PATH, runner=run_command, node="localhost", force=False, root="/"):
+    """Run the first boot unless it already succeeded on this instance; return the status written.
+    ROOT is where the node's files are read and the status written (tests use a node tree)."""
     started = time.time()
-    source, instance = fs.instance_id()
-    previous, _problem = fs.read_status()
+    source, instance = fs.instance_id(root)
+    previous, _problem = fs.read_status(root)
     if not force and fs.done_for(previous, source, instance):
         return dict(previous, skipped=True)
     status = {"ok": False, "instance_id": instance, "instance_id_source": source, "verdict": "failed",
@@ -241,12 +247,12 @@ def first_boot(config_path=fs.CONFIG_PATH, runner=run_command, node="localhost",
         if instance is None:
             raise StepFailed("instance", "neither cloud-init's instance id nor /etc/machine-id is set: "
                                          "the first boot cannot tell one machine from another")
-        config = load_config(config_path)
-        facts = discovery.gather("/", ["gpus", "driver", "runtimes", "kubelet", "target"], run=None)
+        config = load_config(fs.in_root(root, config_path))
+        facts = discovery.gather(root, ["gpus", "driver", "runtimes", "kubelet", "target"])
         status["gpu"] = "present" if facts.get("gpus") else "none"
         status["steps"]["driver"] = load_driver(facts, config, runner)
         if config["node_services"]:
-            status["steps"]["node_services"] = node_services(runner)
+            status["steps"]["node_services"] = node_services(root, runner)
         status["steps"]["deferred_units"] = enable_deferred(config["deferred_units"], runner)
         if config["check"]:
             status["steps"]["check"] = workload_check(facts, config, node)
@@ -260,7 +266,7 @@ def first_boot(config_path=fs.CONFIG_PATH, runner=run_command, node="localhost",
     except Exception as exc:  # a bug or a broken node: still a status file and a failed unit
         status.update(failed_step="unexpected", error="%s: %s" % (type(exc).__name__, exc))
     status["duration_s"] = round(time.time() - started, 3)
-    fs.write_status(status)
+    fs.write_status(status, root)
     return status
 
 

@@ -47,14 +47,20 @@ def instance_id(root="/"):
 
 def read_status(root="/"):
     """(status dict or None, problem or None): None, None when the first boot never ran here."""
-    path = in_root(root, STATUS_PATH)
     try:
-        with open(path) as handle:
+        with open(in_root(root, STATUS_PATH)) as handle:
             text = handle.read()
     except (IOError, OSError) as exc:
         if getattr(exc, "errno", None) == 2:
             return None, None
         return None, "cannot read %s: %s" % (STATUS_PATH, exc)
+    return parse_status(text)
+
+
+def parse_status(text):
+    """(status dict or None, problem or None) from the status file's text (None: no file)."""
+    if text is None:
+        return None, None
     try:
         status = json.loads(text)
     except ValueError as exc:
