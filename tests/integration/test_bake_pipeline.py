@@ -73,6 +73,9 @@ def bake_vars(port, images):
     url = "http://127.0.0.1:%d" % port
     return {
         "nvidia_driver_branch": "535",
+        # Debian 12's open module lags its 535 update (as the stand-in repository reproduces): the
+        # proprietary packages are the installable set there.
+        "nvidia_driver_flavour": "proprietary",
         "nvidia_driver_debian_mirror": url + "/debian",
         "nvidia_driver_debian_suites": ["bookworm"],
         "nvidia_driver_debian_signed_by": url + "/keys/nvidia-test.asc",
@@ -110,6 +113,7 @@ def baked(tmp_path_factory):
            json.dumps(volumes).replace('": "', '" = "')))
     env = dict(os.environ, PATH=os.path.dirname(nvidia_node.PLAYBOOK) + os.pathsep + os.environ["PATH"],
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), PACKER_NO_COLOR="1",
+               ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"), CHECKPOINT_DISABLE="1")
     started = time.time()
     proc = subprocess.run(["packer", "build", "-var-file", str(var_file), "local-node.pkr.hcl"], cwd=PACKER_DIR,
