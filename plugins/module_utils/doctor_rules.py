@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_firstboot import FIRSTBOOT_RULES
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import HEALTH_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import (
     CRI_DISABLE_NAMES, RUNC_TYPE, binary_exists, build_view, new_view)
 
@@ -963,7 +964,7 @@ CATALOGUE = (
     Rule("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
     Rule("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
     Rule("doctor-rule-error", "warning", None, "A diagnosis rule could not finish", check_rule_error),
-) + tuple(Rule(*spec) for spec in FIRSTBOOT_RULES)  # baked images: doctor_firstboot.py
+) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES)  # doctor_health.py, doctor_firstboot.py
 RULES_BY_ID = dict((rule.id, rule) for rule in CATALOGUE)
 
 

@@ -205,11 +205,12 @@ class Services(object):
 
 def persistenced(root, services, start, enable, loaded):
     result = {"unit": PERSISTENCED_UNIT, "present": bool(unit_path(root, PERSISTENCED_UNIT)),
-              "enabled": None, "active": None, "changed": False, "error": None}
+              "enabled": None, "active": None, "changed": False, "error": None, "warning": None}
     if not result["present"]:
-        result["error"] = ("%s is not installed: install the persistence daemon of the driver (package "
-                           "nvidia-persistenced, or the driver's own nvidia-persistenced with its unit)"
-                           % PERSISTENCED_UNIT)
+        # Not fatal: GPUs work without it, only slower to open and without state between jobs.
+        result["warning"] = ("%s is not installed, persistence mode stays off: install the driver's persistence "
+                             "daemon (Debian and RHEL: package nvidia-persistenced; Ubuntu: "
+                             "nvidia-compute-utils-BRANCH-server)" % PERSISTENCED_UNIT)
         return result
     _apply(result, services, PERSISTENCED_UNIT, start and loaded, enable)
     return result
@@ -325,7 +326,8 @@ def _refresh_with_unit(result, services):
 def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=False, start=True, enable=True):
     """Persistence daemon, fabric manager (NVSwitch systems) and CDI spec; see the module docstring.
 
-    Returns {gpu, nvswitch, changed, failed, msg, actions, persistenced, fabricmanager, cdi}.
+    Returns {gpu, nvswitch, changed, failed, msg, actions, persistenced, fabricmanager, cdi} and gpus,
+    driver_version, operator_toolkit, warnings (problems that do not fail the stage).
     """
     runner = runner or default_runner
     services = Services(runner, check_mode)
@@ -333,7 +335,8 @@ def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=Fa
     driver = driver_version(root)
     result = {"gpu": bool(gpus), "nvswitch": bool(switches), "gpus": [g["address"] for g in gpus],
               "driver_version": driver, "changed": False, "failed": False, "msg": "", "actions": services.actions,
-              "persistenced": None, "fabricmanager": None, "cdi": None, "operator_toolkit": operator_toolkit(root)}
+              "persistenced": None, "fabricmanager": None, "cdi": None, "operator_toolkit": operator_toolkit(root),
+              "warnings": []}
     if not gpus and start:
         result["msg"] = ("No NVIDIA GPU in %s: node services skipped (persistence daemon, fabric manager, CDI spec "
                          "need a GPU)." % under(root, PCI_DEVICES))
@@ -345,6 +348,7 @@ def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=Fa
                 if part and part.get("error")]
     result["changed"] = any(part and part.get("changed") for part in
                             (result["persistenced"], result["fabricmanager"], result["cdi"]))
+    result["warnings"] = [result["persistenced"]["warning"]] if result["persistenced"]["warning"] else []
     result["failed"] = bool(problems)
     result["msg"] = " ".join(problems) if problems else _summary(result, start, notes)
     return result

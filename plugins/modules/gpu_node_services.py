@@ -105,7 +105,9 @@ operator_toolkit:
   type: list
   elements: str
 persistenced:
-  description: C(unit), C(present), C(enabled), C(active), C(changed), C(error); null when skipped.
+  description: >-
+    C(unit), C(present), C(enabled), C(active), C(changed), C(error), C(warning) (the unit is not installed: a
+    warning of the task, not a failure); null when skipped.
   returned: always
   type: dict
 fabricmanager:
@@ -153,6 +155,8 @@ def main():
                                   refresh_cdi=module.params["refresh_cdi"], start=module.params["start"],
                                   enable=module.params["enable"])
     failed = result.pop("failed")
+    for warning in result.pop("warnings"):
+        module.warn(warning)
     if failed:
         module.fail_json(**result)
     module.exit_json(**result)

@@ -12,7 +12,8 @@
 #   keys/unrelated.asc             a key that signed nothing (wrong key tests)
 #   libnvidia-container/stable/deb/amd64/     flat repository like NVIDIA's
 #       nvidia-container-toolkit, nvidia-container-toolkit-base, libnvidia-container-tools,
-#       libnvidia-container1 at 1.17.8-1 and 1.18.0-1; InRelease signed with nvidia-test,
+#       libnvidia-container1 at 1.17.7-1 (vulnerable to CVE-2025-23266: the toolkit's version
+#       guard refuses it), 1.17.8-1 and 1.18.0-1; InRelease signed with nvidia-test,
 #       InRelease.rotated signed with nvidia-test-rotated (swap it in to rotate).
 #   libnvidia-container/newglibc/deb/amd64/   the same four packages at 1.18.1-1 whose
 #       nvidia-container-cli and libnvidia-container.so.1 are real ELF files from Debian sid
@@ -52,10 +53,14 @@ new_elf=$repo/.cache/testbed/coreutils-sid
 
 work=$(mktemp -d /tmp/gpunode-nvrepo.XXXXXX)
 export GNUPGHOME=$work/gnupg
-cleanup() { gpgconf --kill all >/dev/null 2>&1 || true; rm -rf "$work"; }
+cleanup() { gpgconf --kill all >/dev/null 2>&1 || true; rm -rf "$work" ${new:+"$new"}; }
 trap cleanup EXIT
 mkdir -m 700 "$GNUPGHOME"
-rm -rf "$out.new" && mkdir -p "$out.new/keys"
+# Built beside OUT under a name of its own, then swapped in (see the end): a concurrent build or a
+# reader of OUT never sees a half-built repository.
+new=$(mktemp -d "$out.new.XXXXXX")
+chmod 0755 "$new"
+mkdir -p "$new/keys"
 
 # --- keys ------------------------------------------------------------------------------------
 declare -A keyid
@@ -63,7 +68,7 @@ for name in nvidia-test nvidia-test-rotated unrelated; do
   gpg --batch --quiet --passphrase "" --quick-gen-key "gpunode $name <$name@gpunode.invalid>" ed25519 sign never \
     2>"$work/gpg.log" || { cat "$work/gpg.log" >&2; exit 1; }
   keyid[$name]=$(gpg --batch --with-colons --list-keys "$name@gpunode.invalid" 2>/dev/null | awk -F: '/^fpr:/ {print $10; exit}')
-  gpg --batch --armor --export "${keyid[$name]}" >"$out.new/keys/$name.asc"
+  gpg --batch --armor --export "${keyid[$name]}" >"$new/keys/$name.asc"
 done
 
 sign_release() {  # DIR: Release -> InRelease (nvidia-test) and InRelease.rotated
@@ -154,19 +159,19 @@ flat_repo() {  # DIR: Packages, Release, InRelease for a repository with suite "
   sign_release "$1"
 }
 
-stable=$out.new/libnvidia-container/stable/deb/amd64
-for v in 1.17.8-1 1.18.0-1; do
+stable=$new/libnvidia-container/stable/deb/amd64
+for v in 1.17.7-1 1.17.8-1 1.18.0-1; do
   toolkit_packages "$stable" "$v" "$old_elf" bin/true
 done
 flat_repo "$stable"
 
-newglibc=$out.new/libnvidia-container/newglibc/deb/amd64
+newglibc=$new/libnvidia-container/newglibc/deb/amd64
 toolkit_packages "$newglibc" 1.18.1-1 "$new_elf" usr/bin/env
 flat_repo "$newglibc"
 
 # Debian-style archive: bookworm with contrib, non-free and non-free-firmware; 535.309.01 is a
 # "security update" of the non-free packages only, as in Debian 12 (the open module stays 535.261.03).
-debian=$out.new/debian
+debian=$new/debian
 pool=$debian/pool
 driver_packages "$pool" 535.261.03-1
 driver_packages "$pool" 535.309.01-0+deb12u1 security
@@ -183,10 +188,23 @@ done
     release dists/bookworm >"$work/Release" && mv "$work/Release" dists/bookworm/Release)
 sign_release "$debian/dists/bookworm"
 
-mkdir -p "$out.new/offline/toolkit" "$out.new/offline/driver"
-cp "$stable"/*.deb "$out.new/offline/toolkit/"
-cp "$pool"/*/*.deb "$out.new/offline/driver/"
+mkdir -p "$new/offline/toolkit" "$new/offline/driver"
+cp "$stable"/*.deb "$new/offline/toolkit/"
+cp "$pool"/*/*.deb "$new/offline/driver/"
 
-echo "$inputs" >"$out.new/.stamp"
-rm -rf "$out" && mv "$out.new" "$out"
+echo "$inputs" >"$new/.stamp"
+# One atomic step: renameat2(RENAME_EXCHANGE) swaps the new tree and the old one (a plain rename
+# onto an existing directory is impossible), then the old tree, now at the temporary name, goes.
+if [ -d "$out" ] && [ ! -L "$out" ]; then
+  python3 - "$new" "$out" <<'PY'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+if libc.renameat2(AT_FDCWD, sys.argv[1].encode(), AT_FDCWD, sys.argv[2].encode(), RENAME_EXCHANGE) != 0:
+    sys.exit("renameat2: %s" % os.strerror(ctypes.get_errno()))
+PY
+  rm -rf "$new"
+else
+  mv -T "$new" "$out"
+fi
 echo "built test repository $out"

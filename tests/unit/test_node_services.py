@@ -191,3 +191,10 @@ def test_gpu_operator_toolkit_keeps_its_cdi_spec(tmp_path):
     result = ensure(tmp_path, systemd)
     assert result["cdi"] is None and "GPU operator" in result["msg"]
     assert result["operator_toolkit"] == ["install directory /usr/local/nvidia/toolkit"]
+
+
+def test_missing_persistence_daemon_is_a_warning_not_a_failure(tmp_path):
+    trees.gpu_node(trees.new(tmp_path), persistenced=False)
+    result = ensure(tmp_path, FakeSystemd())
+    assert not result["failed"] and result["persistenced"]["present"] is False
+    assert result["warnings"] and "nvidia-persistenced" in result["warnings"][0]

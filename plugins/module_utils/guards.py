@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Guards that run before the driver and toolkit stages change anything.
+
+* ``toolkit_guard``: the toolkit stage refuses a version older than ``TOOLKIT_CVE_MINIMUM``
+  (CVE-2025-23266 affects the NVIDIA container toolkit up to 1.17.7) unless the operator opts out.
+* ``kernel_hold_packages`` / ``kernel_release_decision``: the kernel is held (apt-mark hold, dnf
+  versionlock) so the NVIDIA module keeps matching it, and released only when the module exists for
+  the kernel an upgrade would install (a prebuilt module package, or a DKMS build that succeeded).
+* ``transitional_jumps``: an Ubuntu package named for one driver branch that is now a transitional
+  package depending on another branch's (Ubuntu does this when a branch reaches its end of life)
+  would move the node to that branch silently; it is refused.
+
+Pure functions over text the package tools print: unit-tested without the archives.
+Standard library only (runs on managed nodes).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+TOOLKIT_CVE_MINIMUM = "1.17.8"
+TOOLKIT_CVE = "CVE-2025-23266"
+BRANCH_PACKAGE = re.compile(r"^(?:nvidia-(?:driver|headless|headless-no-dkms|utils|dkms|kernel-common|"
+                            r"kernel-source|compute-utils|firmware|fabricmanager)|libnvidia-(?:compute|gl|decode|"
+                            r"encode|extra|cfg1)|linux-modules-nvidia|linux-objects-nvidia|linux-signatures-nvidia)"
+                            r"-(\d{3})\b")
+KERNEL_META_APT = re.compile(r"^linux-(?:image|headers|modules|generic|virtual|aws|azure|gcp|oracle|kvm|lowlatency|"
+                             r"hwe)(?:-[a-z][a-z0-9.]*)*$")
+KERNEL_RPM = ("kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "kernel-modules-extra",
+              "kernel-devel", "kernel-headers")
+
+
+def version_key(text):
+    return [int(part) for part in re.findall(r"\d+", text or "")]
+
+
+def older_than(version, minimum):
+    """'1.17.7-1' and '1.17.8~rc.1-1' are older than '1.17.8'; '1.6.20~ds1' is older than '1.7'."""
+    if not version:
+        return False
+    upstream = version.split(":")[-1].split("-")[0].lstrip("v")
+    release, _sep, prerelease = upstream.partition("~")
+    key, floor = version_key(release), version_key(minimum)
+    if key[:len(floor)] == floor and len(key) > len(floor):
+        return False
+    return key < floor or (key == floor and bool(prerelease) and not prerelease.startswith("ds"))
+
+
+# --- toolkit -----------------------------------------------------------------------------------------
+
+def apt_candidate(policy_text):
+    """The Candidate: line of `apt-cache policy PACKAGE`, or None."""
+    match = re.search(r"^\s*Candidate:\s*(\S+)", policy_text or "", re.M)
+    return match.group(1) if match and match.group(1) != "(none)" else None
+
+
+def toolkit_guard(action, wanted, installed, candidate, allow_vulnerable=False):
+    """{ok, version, reason}: the toolkit version this run would leave on the node, and whether that is allowed.
+
+    action is the toolkit plan's (install, change, keep, refused); wanted the pinned version or None;
+    installed the installed nvidia-container-toolkit version or None; candidate what apt/dnf would install
+    when nothing is pinned."""
+    if action in ("install", "change"):
+        version = wanted or candidate
+    else:
+        version = installed
+    result = {"ok": True, "version": version, "minimum": TOOLKIT_CVE_MINIMUM, "reason": None}
+    if not older_than(version, TOOLKIT_CVE_MINIMUM):
+        return result
+    what = ("would install toolkit %s" % version if action in ("install", "change")
+            else "the installed toolkit %s would be kept" % version)
+    if allow_vulnerable:
+        result["reason"] = ("%s, older than %s (%s): allowed by nvidia_container_toolkit_allow_vulnerable"
+                            % (what[0].upper() + what[1:], TOOLKIT_CVE_MINIMUM, TOOLKIT_CVE))
+        return result
+    result["ok"] = False
+    result["reason"] = (
+        "This run %s, older than %s: %s lets a container image escape to the host as root (NVIDIA security "
+        "bulletin, July 2025). Nothing was changed. Set nvidia_container_toolkit_version to %s-1 or newer%s; "
+        "to accept the risk knowingly, set nvidia_container_toolkit_allow_vulnerable: true."
+        % (what, TOOLKIT_CVE_MINIMUM, TOOLKIT_CVE, TOOLKIT_CVE_MINIMUM,
+           " with nvidia_container_toolkit_allow_upgrade: true" if installed else ""))
+    return result
+
+
+# --- kernel hold and release ------------------------------------------------------------------------------
+
+def kernel_hold_packages(manager, installed_names):
+    """The kernel packages to hold: apt, the installed kernel metapackages (what pulls new kernels in);
+    dnf/yum, the installed kernel packages by name (versionlock)."""
+    if manager == "apt":
+        return sorted(name for name in installed_names if KERNEL_META_APT.match(name))
+    return sorted(name for name in installed_names if name in KERNEL_RPM)
+
+
+def held_apt(selections_text):
+    """Packages `apt-mark showhold` lists."""
+    return sorted(line.strip() for line in (selections_text or "").splitlines() if line.strip())
+
+
+def candidate_kernel_apt(depends_text):
+    """Kernel release an upgrade of the image metapackage installs, from `apt-cache depends --important
+    linux-image-amd64` (or linux-image-generic): 'Depends: linux-image-6.1.0-40-amd64' -> '6.1.0-40-amd64'."""
+    match = re.search(r"Depends:\s*linux-image-(?:unsigned-)?(\d[^\s<>]*)", depends_text or "")
+    return match.group(1) if match else None
+
+
+def candidate_kernel_rpm(list_text):
+    """Newest 'kernel.x86_64  5.14.0-503.el9  repo' of `dnf list --available kernel` as '5.14.0-503.el9.x86_64'."""
+    found = []
+    for line in (list_text or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith("kernel."):
+            found.append("%s.%s" % (parts[1].split(":")[-1], parts[0].split(".", 1)[1]))
+    return sorted(found, key=version_key)[-1] if found else None
+
+
+def kernel_release_decision(candidate, running, module_path, prebuilt_available=None, dkms_result=None):
+    """{ok, reason}: may the kernel hold be released?
+
+    module_path: 'prebuilt' (Ubuntu's linux-modules-nvidia packages) or 'dkms' (or 'kmod', 'run').
+    prebuilt_available: whether the prebuilt module package exists for the candidate kernel.
+    dkms_result: (rc, output) of the DKMS build for the candidate kernel, None when it was not tried."""
+    if not candidate or candidate == running:
+        return {"ok": True, "reason": "no newer kernel is available: releasing the hold changes nothing now"}
+    if module_path == "prebuilt":
+        if prebuilt_available:
+            return {"ok": True, "reason": "the prebuilt NVIDIA module package exists for kernel %s" % candidate}
+        return {"ok": False, "reason": "kernel %s has no prebuilt NVIDIA module package in the archive yet: an "
+                "upgrade now would boot a kernel without the GPU driver. The kernel stays held; retry when the "
+                "archive carries linux-modules-nvidia for it." % candidate}
+    if module_path == "dkms":
+        if dkms_result is None:
+            return {"ok": False, "reason": "the DKMS build for kernel %s was not tried; the kernel stays held"
+                    % candidate}
+        rc, output = dkms_result
+        if rc == 0:
+            return {"ok": True, "reason": "the NVIDIA DKMS module builds for kernel %s" % candidate}
+        return {"ok": False, "reason": "the NVIDIA DKMS module does not build for kernel %s (rc %s): %s. The "
+                "kernel stays held; an upgrade would boot it without the GPU driver."
+                % (candidate, rc, (output or "").strip()[-400:])}
+    return {"ok": False, "reason": "the NVIDIA module was not installed through packages (%s): it cannot be "
+            "checked for kernel %s; the kernel stays held" % (module_path, candidate)}
+
+
+# --- Ubuntu transitional packages -------------------------------------------------------------------------
+
+def parse_apt_show(text):
+    """Stanzas of `apt-cache show` as dicts (Package, Version, Depends, Description)."""
+    records = []
+    for stanza in re.split(r"\n\s*\n", text or ""):
+        fields, key = {}, None
+        for line in stanza.splitlines():
+            if line[:1] in (" ", "\t") and key:
+                fields[key] += "\n" + line.strip()
+            elif ":" in line:
+                key, _sep, value = line.partition(":")
+                key = key.strip()
+                fields[key] = value.strip()
+        if fields.get("Package"):
+            records.append(fields)
+    return records
+
+
+def depends_names(depends):
+    names = []
+    for alternative in (depends or "").split(","):
+        for choice in alternative.split("|"):
+            name = choice.strip().split(" ", 1)[0].split(":", 1)[0]
+            if name:
+                names.append(name)
+    return names
+
+
+def transitional_jumps(records, branch):
+    """[message] for each package named for `branch` whose candidate depends on another branch's packages
+    (a transitional package): installing it would move the driver to that branch."""
+    jumps = []
+    for record in records:
+        own = BRANCH_PACKAGE.match(record["Package"])
+        if not own or own.group(1) != str(branch):
+            continue
+        others = sorted(set(match.group(1) for match in (BRANCH_PACKAGE.match(n) for n in
+                                                          depends_names(record.get("Depends")))
+                            if match and match.group(1) != str(branch)))
+        if not others:
+            continue
+        transitional = "transitional" in (record.get("Description") or record.get("Description-en") or "").lower()
+        jumps.append("%s %s %sdepends on branch %s (%s): installing it would move the driver from branch %s to %s "
+                     "without anyone asking." % (record["Package"], record.get("Version", "?"),
+                                                 "is a transitional package that " if transitional else "",
+                                                 ", ".join(others), record.get("Depends"), branch, others[-1]))
+    return jumps
+
+
+def transitional_message(jumps, branch):
+    return ("Refused: %s Nothing was installed. Branch %s has been replaced in the archive: choose the branch "
+            "explicitly (nvidia_driver_branch: %s) after checking it supports your GPUs and your fabric manager, "
+            "or install from a mirror that still carries branch %s." % (" ".join(jumps), branch,
+                                                                     _target_branch(jumps) or "NEW", branch))
+
+
+def _target_branch(jumps):
+    match = re.search(r"to (\d{3}) without", jumps[-1]) if jumps else None
+    return match.group(1) if match else None
