@@ -191,6 +191,7 @@ def test_image_carries_no_identity_and_no_gpu_state(baked):
               "ls /etc/cdi /var/run/cdi 2>/dev/null | wc -l; find /var/lib/apt/lists -type f ! -name lock | wc -l;"
               "ls /var/cache/apt/archives/*.deb 2>/dev/null | wc -l; test -e %s && echo status || echo nostatus; "
               "readlink /etc/systemd/system/multi-user.target.wants/gpunode-firstboot.service; "
+              "test -e /root/.ansible/tmp && echo gpunode-test-ansible-tmp-left; "
               "cat /etc/systemd/system/kubelet.service.d/10-gpunode-firstboot.conf; "
               "ls /etc/dpkg/dpkg.cfg.d /etc/apt/apt.conf.d" % STATUS)
     proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", baked["image"], "-c", script],
