@@ -38,6 +38,7 @@ import traceback
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_firstboot import FIRSTBOOT_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import HEALTH_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import (
     CRI_DISABLE_NAMES, RUNC_TYPE, binary_exists, build_view, new_view)
@@ -961,7 +962,7 @@ CATALOGUE = (
     Rule("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
     Rule("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
     Rule("doctor-rule-error", "warning", None, "A diagnosis rule could not finish", check_rule_error),
-) + tuple(Rule(*spec) for spec in HEALTH_RULES)  # node health: doctor_health.py
+) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES)  # doctor_health.py, doctor_firstboot.py
 RULES_BY_ID = dict((rule.id, rule) for rule in CATALOGUE)
 
 

@@ -28,6 +28,7 @@ import time
 import uuid
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 SUCCESS_LINE = "Test PASSED"
@@ -106,6 +107,30 @@ def nvidia_smi_summary(timeout=20):
                          "driver_version": fields[3], "memory_mib": fields[4]})
     driver = gpus[0]["driver_version"] if gpus else None
     return {"path": binary, "ok": True, "error": "", "gpus": gpus, "driver_version": driver}
+
+
+def judge_run(run, has_gpu, node, context):
+    """What a finished run proves: passed, cuda_verified, verdict (cuda-verified, wiring-only, failed),
+    explanation, and failure (a message, None when the run is a success).
+
+    Without a GPU, a run that the runtime's GPU hook refused for want of a driver still proves the
+    runtime wiring: that is the wiring-only verdict, as for a sample that passed."""
+    output = run["output"]
+    outcome = {"passed": passed(run["exit_code"], output), "cuda_verified": False, "verdict": "failed",
+               "explanation": None, "failure": None}
+    if outcome["passed"]:
+        outcome.update(cuda_verified=has_gpu, verdict="cuda-verified" if has_gpu else "wiring-only")
+        return outcome
+    outcome["explanation"] = explain_first([run["message"], output], context) if run["timed_out"] \
+        else explain_first([output, run["message"]], context)
+    if not has_gpu and not run["timed_out"] and (outcome["explanation"] or {}).get("rule") == "no-driver":
+        outcome["verdict"] = "wiring-only"
+        return outcome
+    what = run["message"] if run["timed_out"] else "exit code %s, %s" % (
+        run["exit_code"], "no \"%s\" in the output" % SUCCESS_LINE if SUCCESS_LINE not in output
+        else "output has \"%s\"" % SUCCESS_LINE)
+    outcome["failure"] = "the GPU workload failed on %s (%s)" % (node, what)
+    return outcome
 
 
 # --- CRI images ------------------------------------------------------------------------------

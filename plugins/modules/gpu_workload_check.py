@@ -420,21 +420,10 @@ def judge(result, run, context):
     run["output"] = wl.tail(output)
     result["workload"] = run
     result["runtime_wiring_verified"] = True
-    result["passed"] = wl.passed(run["exit_code"], output)
-    has_gpu = result["gpu"] == "present"
-    if result["passed"]:
-        result["cuda_verified"] = has_gpu
-        result["verdict"] = "cuda-verified" if has_gpu else "wiring-only"
-        return None
-    result["explanation"] = explain_first([run["message"], output], context) if run["timed_out"] \
-        else explain_first([output, run["message"]], context)
-    if not has_gpu and not run["timed_out"] and (result["explanation"] or {}).get("rule") == "no-driver":
-        result["verdict"] = "wiring-only"  # expected without a GPU: the runtime's GPU hook ran and said so
-        return None
-    what = run["message"] if run["timed_out"] else "exit code %s, %s" % (
-        run["exit_code"], "no \"%s\" in the output" % wl.SUCCESS_LINE if wl.SUCCESS_LINE not in output
-        else "output has \"%s\"" % wl.SUCCESS_LINE)
-    return "the GPU workload failed on %s (%s)" % (result["node"], what)
+    outcome = wl.judge_run(dict(run, output=output), result["gpu"] == "present", result["node"], context)
+    failure = outcome.pop("failure")
+    result.update(outcome)
+    return failure
 
 
 def base_result(params, facts):

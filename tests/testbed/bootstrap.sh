@@ -9,7 +9,7 @@ log=.cache/bootstrap.log
 mkdir -p .cache
 
 need=()
-for pkg in docker.io runc debootstrap busybox-static python3-venv apt-utils gnupg chromium shellcheck; do
+for pkg in docker.io runc debootstrap busybox-static python3-venv apt-utils gnupg chromium shellcheck packer; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
