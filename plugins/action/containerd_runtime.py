@@ -321,9 +321,9 @@ def _check_drop_in(args, files, current):
         raise ConfigError("drop_in %s must be an absolute path (containerd resolves a relative import against the "
                           "importing file's directory, and only from 1.7 on for globs)." % args["drop_in"])
     if args["drop_in"] == files.root.path:
+        example = posixpath.join(posixpath.dirname(files.root.path), "conf.d", DROPIN_NAME)
         raise ConfigError("drop_in %s is the root config file itself; give a separate file (for example "
-                          "%s)." % (args["drop_in"], posixpath.join(posixpath.dirname(files.root.path), "conf.d",
-                                                                     DROPIN_NAME)))
+                          "%s)." % (args["drop_in"], example))
     if args["state"] == "present" and not current["exists"]:
         raise ConfigError("%s does not exist, so nothing would import drop_in %s. Create the root config first "
                           "(or leave drop_in unset)." % (files.root.path, args["drop_in"]))

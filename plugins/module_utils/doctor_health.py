@@ -17,7 +17,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import TOOLKIT_CVE_MINIMUM, older_than, version_key

@@ -184,9 +184,8 @@ def transitional_jumps(records, branch):
         own = BRANCH_PACKAGE.match(record["Package"])
         if not own or own.group(1) != str(branch):
             continue
-        others = sorted(set(match.group(1) for match in (BRANCH_PACKAGE.match(n) for n in
-                                                          depends_names(record.get("Depends")))
-                            if match and match.group(1) != str(branch)))
+        matches = (BRANCH_PACKAGE.match(name) for name in depends_names(record.get("Depends")))
+        others = sorted(set(match.group(1) for match in matches if match and match.group(1) != str(branch)))
         if not others:
             continue
         transitional = "transitional" in (record.get("Description") or record.get("Description-en") or "").lower()
@@ -200,8 +199,8 @@ def transitional_jumps(records, branch):
 def transitional_message(jumps, branch):
     return ("Refused: %s Nothing was installed. Branch %s has been replaced in the archive: choose the branch "
             "explicitly (nvidia_driver_branch: %s) after checking it supports your GPUs and your fabric manager, "
-            "or install from a mirror that still carries branch %s." % (" ".join(jumps), branch,
-                                                                     _target_branch(jumps) or "NEW", branch))
+            "or install from a mirror that still carries branch %s."
+            % (" ".join(jumps), branch, _target_branch(jumps) or "NEW", branch))
 
 
 def _target_branch(jumps):

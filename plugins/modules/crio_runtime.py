@@ -188,7 +188,7 @@ def run_module(module):
         warn(module, issue["message"])
     if foreign and changed:
         warn(module, "%s was not written by this module; it is backed up before being %s."
-                    % (path, "replaced" if present else "removed"))
+             % (path, "replaced" if present else "removed"))
 
     backup_file = None
     if changed and not module.check_mode:

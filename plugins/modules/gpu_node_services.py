@@ -30,7 +30,7 @@ description:
     C(nvidia-cdi)/C(nvidia-legacy) runtimes) the CDI spec is left to it.
   - The same code (C(module_utils/node_services.py), standard library only) runs at an image's first boot.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   root:
     description:

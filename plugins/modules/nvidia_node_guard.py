@@ -29,7 +29,7 @@ description:
     toolkit here (its install directory C(/usr/local/nvidia/toolkit), its containerd drop-in with the
     C(nvidia-cdi)/C(nvidia-legacy) runtimes), so that the roles leave it alone.
 author:
-  - gpunode.nvidia contributors
+  - gpunode.nvidia contributors (!UNKNOWN)
 options:
   check:
     description: Which guard to run.

@@ -127,7 +127,7 @@ def playbook(inventory, play, limit, label, extra_env=None, extra_args=(), repo=
     cmd = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory, play,
            "--limit", ",".join(limit), *extra_args]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     elapsed = time.monotonic() - start
     shutil.rmtree(control_dir, ignore_errors=True)
     os.makedirs(LOGS, exist_ok=True)
@@ -177,7 +177,7 @@ def summed(recap, key):
 
 
 def best_of(runs, *args, **kwargs):
-    results = [playbook(*args, **kwargs) for _ in range(runs)]
+    results = [playbook(*args, **kwargs) for _run in range(runs)]
     return min(results, key=lambda result: result[0])
 
 
@@ -205,12 +205,12 @@ def main():
         prepare = os.path.join(REPO, "molecule", "resources", "prepare.yml")
         site = os.path.join(REPO, "playbooks", "site.yml")
         floor = os.path.join(HERE, "fleet", "floor.yml")
-        elapsed, _, _ = playbook(inventories["docker"], prepare, names, "prepare")
+        elapsed, _recap, _log = playbook(inventories["docker"], prepare, names, "prepare")
         print("%d nodes started and prepared in %.1f s" % (len(names), time.monotonic() - start))
 
         before = {name: containerd_state(name) for name in names}
-        elapsed, recap, _ = playbook(inventories[connections[0]], site, names, "converge")
-        counts, survived, _ = restarts(names, before)
+        elapsed, recap, _log = playbook(inventories[connections[0]], site, names, "converge")
+        counts, survived, _pids = restarts(names, before)
         print("first converge (%s, %d nodes): %.1f s, changed=%d; containerd restarts per node %s;"
               " running container survived: %s" % (connections[0], len(names), elapsed, summed(recap, "changed"),
                                                     sorted(set(counts.values())), survived))
@@ -228,14 +228,14 @@ def main():
             inventory = inventories[conn.split("+")[0]]
             for size in sizes:
                 limit = names[:size]
-                floor_s, _, _ = best_of(runs, inventory, floor, limit, "floor-%s-%d" % (conn, size),
+                floor_s, _recap, _log = best_of(runs, inventory, floor, limit, "floor-%s-%d" % (conn, size),
                                         extra_env=transport_env)
                 for version, repo in versions:
                     before = {name: containerd_state(name) for name in limit}
                     noop_s, recap, lines = best_of(
                         runs, inventory, os.path.join(repo, "playbooks", "site.yml"), limit,
                         "noop-%s-%s-%d" % (version, conn, size), extra_env=dict(extra, **transport_env), repo=repo)
-                    counts, survived, _ = restarts(limit, before)
+                    counts, survived, _pids = restarts(limit, before)
                     rows.append((version, conn, size, floor_s, noop_s, summed(recap, "changed"), summed(recap, "ok"),
                                  lines / float(size), sum(counts.values()), survived))
 

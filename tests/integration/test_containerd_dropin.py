@@ -61,7 +61,7 @@ def configure_in_one_play(ctrd, *steps):
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0", PATH=ctrd.dist.bin_dir + os.pathsep + os.environ["PATH"])
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), handle.name],
                           env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=600)
+                          universal_newlines=True, timeout=600, check=False)
     report = json.loads(proc.stdout)
     return [task["hosts"]["localhost"] for task in report["plays"][0]["tasks"]]
 
@@ -95,10 +95,9 @@ def nvidia_ctk_files(ctrd, version=None):
     main = ctrd.read_config()
     cri_part = main[main.index("[plugins"):main.find("[plugins.'io.containerd.nri")]
     dropin = os.path.join(ctrd.conf_d, "99-nvidia.toml")
-    write(dropin, "version = %d\n\n%s\n%s" % (version or ctrd.dist.config_version, cri_part,
-                                             # nvidia-ctk copies runc's options into its runtime
-                                             daemons.runtime_table(ctrd.dist, "nvidia", NVIDIA_PACKAGED)
-                                             + "  SystemdCgroup = true\n"))
+    # nvidia-ctk copies runc's options into its runtime
+    runtime = daemons.runtime_table(ctrd.dist, "nvidia", NVIDIA_PACKAGED) + "  SystemdCgroup = true\n"
+    write(dropin, "version = %d\n\n%s\n%s" % (version or ctrd.dist.config_version, cri_part, runtime))
     root = main.replace("version = %d\n" % ctrd.dist.config_version,
                         'version = %d\nimports = ["%s/*.toml"]\n' % (ctrd.dist.config_version, ctrd.conf_d), 1)
     ctrd.write_config(root)

@@ -221,8 +221,8 @@ def test_guard_copy_lists_every_file_in_order(action):
     globs = {"/etc/containerd/conf.d/*.toml": [nested, NVIDIA_FILE]}
     root_text, companions = action.candidate_files(edit, files, globs, CTRD_21)
     assert 'imports = ["00-50-nested.toml", "01-99-nvidia.toml", "/etc/containerd/extra.toml"]' in root_text
-    assert [(c["name"], c["path"]) for c in companions] == [("00-50-nested.toml", nested),
-                                                             ("01-99-nvidia.toml", NVIDIA_FILE)]
+    assert [(c["name"], c["path"]) for c in companions] == [
+        ("00-50-nested.toml", nested), ("01-99-nvidia.toml", NVIDIA_FILE)]
     assert "imports = []" in companions[0]["content"]
     assert companions[1]["content"] == edit.changes[NVIDIA_FILE]
 

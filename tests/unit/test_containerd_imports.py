@@ -118,8 +118,8 @@ def test_2x_merges_later_definitions_win():
     loaded = resolve(contents, "containerd 2.1.9")
     assert loaded.defined_in("runc").path == "/etc/containerd/conf.d/50.toml"
     assert loaded.default_set_in().path == "/etc/containerd/conf.d/50.toml"
-    assert loaded.merged_runtimes()["runc"] == {"runtime_type": "io.containerd.runc.v2",
-                                                 "options": {"SystemdCgroup": True}}
+    assert loaded.merged_runtimes()["runc"] == {
+        "runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
     assert loaded.ignored_definitions("runc") == []
 
 

@@ -115,13 +115,19 @@ LIVE = """Package: nvidia-headless-no-dkms-580-server-open
 Architecture: amd64
 Version: 580.95.05-0ubuntu0.24.04.2
 Section: restricted/libs
-Depends: nvidia-kernel-common-580-server (= 580.95.05-0ubuntu0.24.04.2), libnvidia-compute-580-server (= 580.95.05-0ubuntu0.24.04.2), nvidia-firmware-580-server-580.95.05, nvidia-compute-utils-580-server
+Depends: nvidia-kernel-common-580-server (= 580.95.05-0ubuntu0.24.04.2),
+ libnvidia-compute-580-server (= 580.95.05-0ubuntu0.24.04.2),
+ nvidia-firmware-580-server-580.95.05,
+ nvidia-compute-utils-580-server
 Description-en: NVIDIA headless metapackage - no DKMS (open kernel module)
 
 Package: linux-modules-nvidia-580-server-open-6.8.0-60-generic
 Architecture: amd64
 Version: 6.8.0-60.63+1
-Depends: linux-image-6.8.0-60-generic | linux-image-unsigned-6.8.0-60-generic, linux-signatures-nvidia-6.8.0-60-generic (= 6.8.0-60.63+1), linux-objects-nvidia-580-server-open-6.8.0-60-generic (= 6.8.0-60.63+1), nvidia-kernel-common-580-server (>= 580.95.05)
+Depends: linux-image-6.8.0-60-generic | linux-image-unsigned-6.8.0-60-generic,
+ linux-signatures-nvidia-6.8.0-60-generic (= 6.8.0-60.63+1),
+ linux-objects-nvidia-580-server-open-6.8.0-60-generic (= 6.8.0-60.63+1),
+ nvidia-kernel-common-580-server (>= 580.95.05)
 Description-en: Linux kernel nvidia modules for version 6.8.0-60
 """
 

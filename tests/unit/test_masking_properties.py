@@ -25,7 +25,7 @@ secret_values = st.one_of(st.just(S), st.just("line one\n" + S + "\nline three")
 @st.composite
 def documents(draw, depth=0):
     doc = {}
-    for _ in range(draw(st.integers(1, 4))):
+    for _index in range(draw(st.integers(1, 4))):
         if draw(st.booleans()):
             doc[draw(secret_keys)] = draw(secret_values)
         elif depth < 3 and draw(st.booleans()):

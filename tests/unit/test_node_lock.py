@@ -103,7 +103,7 @@ def test_stale_takeover_has_exactly_one_winner_per_trial(tmp_path):
     racers = [context.Process(target=_race, args=(i, paths, barrier, results), daemon=True) for i in range(RACERS)]
     for racer in racers:
         racer.start()
-    outcomes = [results.get(timeout=120) for _ in range(TRIALS * RACERS)]
+    outcomes = [results.get(timeout=120) for _index in range(TRIALS * RACERS)]
     for racer in racers:
         racer.join(60)
     for trial in range(TRIALS):

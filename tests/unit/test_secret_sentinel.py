@@ -189,8 +189,8 @@ def test_docker_success_check_mode_absent(capsys, outputs, daemon_json, tmp_path
 def test_docker_validation_failures(capsys, outputs, daemon_json, tmp_path, reject):
     before = read(daemon_json)
     dockerd = stand_in_dockerd(tmp_path, str(daemon_json), reject)
-    result = run_module(docker_runtime, capsys, outputs, docker_args(daemon_json, tmp_path, dockerd_binary=dockerd,
-                                                                      binary="/opt/sentinel/runtime"))
+    args = docker_args(daemon_json, tmp_path, dockerd_binary=dockerd, binary="/opt/sentinel/runtime")
+    result = run_module(docker_runtime, capsys, outputs, args)
     assert result["failed"] is True and read(daemon_json) == before
     assert ("already rejects" if reject == "original" else "rejected the new") in result["msg"]
 
@@ -285,8 +285,8 @@ def test_crio_success_check_mode_absent(capsys, outputs, crio_dir):
 
 
 def test_crio_refusal_and_absent_of_foreign_file(capsys, outputs, crio_dir):
-    refused = run_module(crio_runtime, capsys, outputs, crio_args(crio_dir, set_as_default=True,
-                                                                   allow_missing_binary=False))
+    args = crio_args(crio_dir, set_as_default=True, allow_missing_binary=False)
+    refused = run_module(crio_runtime, capsys, outputs, args)
     assert refused["failed"] is True
     removed = run_module(crio_runtime, capsys, outputs, crio_args(crio_dir, state="absent"), check_mode=True)
     assert removed["changed"] is True and "********" in removed["diff"]["before"]
