@@ -90,8 +90,8 @@ def load_config(path=fs.CONFIG_PATH):
         raise StepFailed("config", "%s is not valid JSON (%s): fix it or bake the image again" % (path, exc))
     unknown = sorted(set(given) - set(DEFAULTS))
     if unknown:
-        raise StepFailed("config", "%s has unknown settings %s; known: %s" % (path, ", ".join(unknown),
-                                                                           ", ".join(sorted(DEFAULTS))))
+        raise StepFailed("config", "%s has unknown settings %s; known: %s"
+                         % (path, ", ".join(unknown), ", ".join(sorted(DEFAULTS))))
     config.update(given)
     return config
 

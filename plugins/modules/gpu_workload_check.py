@@ -538,8 +538,8 @@ def record_proof(module, result, facts):
             return
         filewrite.atomic_write(module, module.params["record_path"], proof.dumps(record).encode("utf-8"), mode=0o644)
     except (CheckFailed, IOError, OSError) as exc:
-        module.warn("the proof passed but was not recorded in %s: %s" % (module.params["record_path"],
-                                                                       getattr(exc, "msg", exc)))
+        module.warn("the proof passed but was not recorded in %s: %s"
+                    % (module.params["record_path"], getattr(exc, "msg", exc)))
         return
     result.update(proof_key=key, proof_recorded_at=record["recorded_at"])
 

@@ -45,8 +45,8 @@ DOCKER_FLAGS = [
     "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/containerd",
     "--tmpfs", "/run", "--tmpfs", "/run/lock",
     "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-] + [arg for cap in ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "MKNOD", "SYS_CHROOT", "SETFCAP",
-                      "AUDIT_WRITE", "SYS_NICE") for arg in ("--cap-add", cap)]
+] + [arg for cap in ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "MKNOD", "SYS_CHROOT", "SETFCAP", "AUDIT_WRITE", "SYS_NICE")
+     for arg in ("--cap-add", cap)]
 # The node vars of Molecule `default`: stand-in toolkit and vector-add image, stages off.
 GROUP_VARS = {
     "ansible_python_interpreter": "/usr/bin/python3",
@@ -212,8 +212,8 @@ def main():
         elapsed, recap, _log = playbook(inventories[connections[0]], site, names, "converge")
         counts, survived, _pids = restarts(names, before)
         print("first converge (%s, %d nodes): %.1f s, changed=%d; containerd restarts per node %s;"
-              " running container survived: %s" % (connections[0], len(names), elapsed, summed(recap, "changed"),
-                                                    sorted(set(counts.values())), survived))
+              " running container survived: %s"
+              % (connections[0], len(names), elapsed, summed(recap, "changed"), sorted(set(counts.values())), survived))
 
         versions = [("this", REPO)]
         if os.environ.get("FLEET_COMPARE"):
@@ -229,7 +229,7 @@ def main():
             for size in sizes:
                 limit = names[:size]
                 floor_s, _recap, _log = best_of(runs, inventory, floor, limit, "floor-%s-%d" % (conn, size),
-                                        extra_env=transport_env)
+                                                extra_env=transport_env)
                 for version, repo in versions:
                     before = {name: containerd_state(name) for name in limit}
                     noop_s, recap, lines = best_of(
