@@ -42,6 +42,7 @@ DROPIN_NAME = "99-nvidia.toml"
 
 class ActionModule(ValidatedAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
+    _edit_path = None  # the file being edited, once known (named in unexpected failures)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -50,6 +51,10 @@ class ActionModule(ValidatedAction):
             result.update(self._run(args, task_vars))
         except (ConfigError, effective.GuardError) as exc:
             result.update(failed=True, msg=str(exc), changed=False)
+        except AnsibleActionFail:
+            raise
+        except Exception as exc:  # a bug must become a clear failure, never a traceback or a wrong write
+            result.update(failed=True, changed=False, msg=unexpected_error_message(self._edit_path or args["path"], exc))
         return result
 
     def _node(self, task_vars, **module_args):
@@ -60,6 +65,7 @@ class ActionModule(ValidatedAction):
 
     def _run(self, args, task_vars):
         target, path = self._resolve_target(args, task_vars)
+        self._edit_path = path
         if args["path"] is None and _platform_writes_config(target):
             return self._platform_managed(target)
         dump_cmd = [self._containerd_binary(args, target, path), "--config", "%s", "config", "dump"]
@@ -213,6 +219,14 @@ class ActionModule(ValidatedAction):
             "CRI plugin table (or merge the drop-in into the main file)."
         )
         return "\n".join(lines)
+
+
+def unexpected_error_message(path, exc):
+    """Name the file and the bug, never the file's content (it may hold credentials)."""
+    return ("%s: unexpected %s while planning the containerd edit; the file was left unchanged. This is a bug "
+            "in gpunode.nvidia.containerd_runtime: please report it with the task's arguments and the "
+            "containerd version (the file itself may hold credentials: attach it only with secrets removed)."
+            % (path or DEFAULT_PATH, type(exc).__name__))
 
 
 def _platform_writes_config(target):
