@@ -380,15 +380,16 @@ class _Edit(object):
         if self.legacy_default is not None:
             return "default_runtime", self.legacy_default
         default = self.default_name
+        if default == self.name:  # ours already: the source is what pods used before it
+            recorded = self._recorded_previous()
+            default = default if recorded is _NOT_RECORDED else recorded
         table = self.runtimes.get(default) if default else None
         if default and default != self.name and isinstance(table, dict) and not is_nvidia_runtime(default, table):
             return default, table
         if default in (None, "runc"):
             return "runc", self.runtimes.get("runc") or {"runtime_type": RUNC_TYPE}
         # The default is an nvidia runtime: the source is the runtime it was copied from.
-        previous = self._recorded_previous()
-        if previous is _NOT_RECORDED:
-            previous = self._derived_previous(self.data)
+        previous = self._derived_previous(self.data)
         return previous or "runc", self.runtimes.get(previous or "runc") or {"runtime_type": RUNC_TYPE}
 
     def _recorded_previous(self):
@@ -435,7 +436,7 @@ class _Edit(object):
                 % (self.path, _position(layout, self.legacy_default_path), self.name,
                    render_path(self.runtimes_path, '"')))
         self.source_name, source = self._source()
-        write_builtin = (not self.runtimes and self.legacy_default is None
+        write_builtin = (not self.runtimes and self.legacy_default is None and self.source_name != self.name
                          and _replaces_builtin_runtimes(self.containerd_version))
         if write_builtin:
             # containerd 1.x: a file that lists any runtime replaces the built-in list, so the
