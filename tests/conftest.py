@@ -20,7 +20,7 @@ if COLLECTIONS not in sys.path:
 # on every run, fast on a loaded machine) and the default; `make fuzz` selects `fuzz`.
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None, print_blob=True,
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("fuzz", max_examples=5000, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

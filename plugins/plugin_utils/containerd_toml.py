@@ -487,7 +487,12 @@ class _Edit(object):
             return
         for key_path, value in _leaves(desired):
             if get_path(existing, key_path) != value:
-                self._set(runtime_path + key_path, value, update_expected=False)
+                holder = Layout(self.text).inline_ancestor(runtime_path + key_path)
+                if holder is not None and holder.path[:len(runtime_path)] == runtime_path:
+                    # An inline table inside the runtime's own table (options = { ... }): its line is ours.
+                    self.text = _replace_value(self.text, holder, get_path(desired, holder.path[len(runtime_path):]))
+                else:
+                    self._set(runtime_path + key_path, value, update_expected=False)
 
     # -- absent
 

@@ -186,7 +186,8 @@ def key(part, quote):
 
 def string(value, style, multiline_ok):
     if multiline_ok and style.multiline and style.draw(st.booleans()) and "\r" not in value:
-        if "'''" not in value and not value.endswith("'") and style.draw(st.booleans()):
+        if ("'''" not in value and not value.endswith("'") and not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", value)
+                and style.draw(st.booleans())):
             return "'''\n%s'''" % value
         return '"""\n%s"""' % basic_body(value, multiline=True)
     if style.quote == "'" and not re.search(r"['\x00-\x1f\x7f]", value):
@@ -392,6 +393,7 @@ def plan_or_refuse(text, **kwargs):
         assert any(reason in message for reason in LEGIT_REFUSALS), message
         assert re.search(r"line \d+(, column \d+)?", message), message
         event("refused: %s" % next(reason for reason in LEGIT_REFUSALS if reason in message))
+        event("refused at: %s" % re.sub(r"^.*?: line \d+, column \d+: (\S+) .*$", r"\1", message).split(".")[-1])
         return None
 
 
