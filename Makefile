@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(REPO)/.cache/collections
 export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: demo demo-clean test unit integration molecule lint bootstrap
+.PHONY: demo demo-clean test unit integration molecule lint bootstrap fuzz
 
 bootstrap:
 	tests/testbed/bootstrap.sh
@@ -39,3 +39,7 @@ lint: bootstrap
 	test -x .cache/lint-venv/bin/ansible-lint || { python3 -m venv .cache/lint-venv && \
 	  .cache/lint-venv/bin/pip install -q ansible-core==2.19.14 ansible-lint==26.10.1 tomlkit kubernetes; }
 	PATH=$(REPO)/.cache/lint-venv/bin:$$PATH .cache/lint-venv/bin/ansible-lint
+
+# Property-based tests with the long hypothesis profile (>= 5000 examples per property).
+fuzz: bootstrap
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/unit -k propert

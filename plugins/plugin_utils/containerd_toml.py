@@ -143,6 +143,11 @@ def default_version(containerd_version):
     return 3 if major is not None and major >= 2 else 2
 
 
+def _release(version):
+    match = re.search(r"\d+\.\d+(\.\d+)?", version or "")
+    return match.group(0) if match else version
+
+
 def _major(version):
     match = re.search(r"(\d+)\.\d+", version or "")
     return int(match.group(1)) if match else None
@@ -203,8 +208,7 @@ def cri_table(data, version, layout, path, containerd_version):
         "(containerd 1.x reads only [%s]; the file was written for containerd 2.x): its runtime settings "
         "are not in effect on this node. Move them under [%s] (or install containerd 2.x) and run again. "
         "The file was left unchanged."
-        % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), containerd_version.split()[-1] if
-           containerd_version else "1.x", declared, declared))
+        % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), _release(containerd_version), declared, declared))
 
 
 def _position(layout, table_path):
@@ -255,9 +259,9 @@ def _require_tables(data, layout, table_path, path, what):
             where = "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?"
             kind = "an array of tables" if isinstance(value, list) else "a %s" % type(value).__name__
             raise ConfigError(
-                "%s: %s: %s must be a table (it holds %s), so containerd cannot read %s from it. Fix that "
+                "%s: %s: %s must be a table (it is %s), so containerd cannot read %s from it. Fix that "
                 "key and run again. The file was left unchanged."
-                % (path, where, render_path(table_path[:size], '"'), what if size == len(table_path) else kind, what))
+                % (path, where, render_path(table_path[:size], '"'), kind, what))
 
 
 # ---------------------------------------------------------------- planning
