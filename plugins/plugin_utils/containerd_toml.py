@@ -386,15 +386,21 @@ class _Edit(object):
         default = self.default_name
         if default == self.name:  # ours already: the source is what pods used before it
             recorded = self._recorded_previous()
-            default = default if recorded is _NOT_RECORDED else recorded
+            if recorded is _NOT_RECORDED:
+                return self._source_named(self._derived_previous(self.data) or "runc")
+            default = recorded
         table = self.runtimes.get(default) if default else None
         if default and default != self.name and isinstance(table, dict) and not is_nvidia_runtime(default, table):
             return default, table
         if default in (None, "runc"):
-            return "runc", self.runtimes.get("runc") or {"runtime_type": RUNC_TYPE}
-        # The default is an nvidia runtime: the source is the runtime it was copied from.
-        previous = self._derived_previous(self.data)
-        return previous or "runc", self.runtimes.get(previous or "runc") or {"runtime_type": RUNC_TYPE}
+            return self._source_named("runc")
+        # The default is another nvidia runtime: the source is the runtime it was copied from.
+        return self._source_named(self._derived_previous(self.data, default) or "runc")
+
+    def _source_named(self, source_name):
+        """(name, table) of a source runtime: the file's table, else containerd's built-in runc."""
+        table = self.runtimes.get(source_name) if source_name != self.name else None
+        return source_name, table if isinstance(table, dict) else {"runtime_type": RUNC_TYPE}
 
     def _recorded_previous(self):
         """The default recorded above default_runtime_name (None: unset), or _NOT_RECORDED."""
@@ -413,19 +419,25 @@ class _Edit(object):
         line = self.text[start:entry.start]
         return (start, entry.start, line) if PREVIOUS_DEFAULT.match(line) else None
 
-    def _derived_previous(self, data):
-        """What `absent` restores without a record: the non-nvidia runtime whose inherited options the
-        runtime matches (runc first), else runc's table, else containerd's built-in runc (None: no key)."""
+    def _derived_previous(self, data, reference=None):
+        """What `absent` restores without a record: the runtime whose inherited options the `reference`
+        runtime (ours by default) matches: the file's runc, else containerd's built-in runc (None: no
+        key), then the other non-nvidia runtimes in file order; without a match, runc."""
         runtimes = get_path(data, self.runtimes_path) or {}
-        ours = runtimes.get(self.name) if isinstance(runtimes.get(self.name), dict) else {}
-        names = sorted(runtimes, key=lambda n: n != "runc")
-        for candidate in names:
-            table = runtimes[candidate]
-            if candidate == self.name or not isinstance(table, dict) or is_nvidia_runtime(candidate, table):
-                continue
+        reference = reference or self.name
+        ours = runtimes.get(reference)
+        runc = runtimes.get("runc")
+        runc_usable = "runc" not in (self.name, reference) and isinstance(runc, dict) and not is_nvidia_runtime(
+            "runc", runc)
+        if not isinstance(ours, dict):
+            return "runc" if runc_usable else None
+        candidates = [("runc", runc)] if runc_usable else [(None, {"runtime_type": RUNC_TYPE})]
+        candidates += [(n, t) for n, t in runtimes.items()
+                       if n not in ("runc", self.name, reference) and isinstance(t, dict) and not is_nvidia_runtime(n, t)]
+        for candidate, table in candidates:
             if all(_inherited(table, key) == _inherited(ours, key) for key in INHERITED_KEYS):
                 return candidate
-        return "runc" if isinstance(runtimes.get("runc"), dict) else None
+        return "runc" if runc_usable else None
 
     # -- present
 
