@@ -174,7 +174,7 @@ class Style(object):
         if parent_style in ("dotted", "inline"):
             return self.draw(st.sampled_from(["dotted", "inline"])) if parent_style == "dotted" else "inline"
         if not table:
-            return self.draw(st.sampled_from(["header", "inline"]))
+            return self.draw(st.sampled_from(["header", "header", "header", "inline"]))
         if len(path) <= 4 and self.draw(st.integers(0, 9)):  # inline up to `runtimes` is refused: keep it rare
             return self.draw(st.sampled_from(["header", "implicit", "dotted"]))
         return self.draw(st.sampled_from(["header", "header", "implicit", "dotted", "inline"]))
