@@ -43,6 +43,7 @@ DROPIN_NAME = "99-nvidia.toml"
 class ActionModule(ValidatedAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
     _edit_path = None  # the file being edited, once known (named in unexpected failures)
+    _written = False
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -54,7 +55,8 @@ class ActionModule(ValidatedAction):
         except AnsibleActionFail:
             raise
         except Exception as exc:  # a bug must become a clear failure, never a traceback or a wrong write
-            result.update(failed=True, changed=False, msg=unexpected_error_message(self._edit_path or args["path"], exc))
+            message = unexpected_error_message(self._edit_path or args["path"], exc, self._written)
+            result.update(failed=True, changed=False, msg=message)
         return result
 
     def _node(self, task_vars, **module_args):
@@ -92,6 +94,7 @@ class ActionModule(ValidatedAction):
                 expected_sha256=current["sha256"], backup=args["backup"],
             )
             backup_file = written.get("backup_file")
+            self._written = True
         result = dict(
             changed=plan.changed,
             path=path,
@@ -221,12 +224,13 @@ class ActionModule(ValidatedAction):
         return "\n".join(lines)
 
 
-def unexpected_error_message(path, exc):
+def unexpected_error_message(path, exc, written=False):
     """Name the file and the bug, never the file's content (it may hold credentials)."""
-    return ("%s: unexpected %s while planning the containerd edit; the file was left unchanged. This is a bug "
-            "in gpunode.nvidia.containerd_runtime: please report it with the task's arguments and the "
-            "containerd version (the file itself may hold credentials: attach it only with secrets removed)."
-            % (path or DEFAULT_PATH, type(exc).__name__))
+    state = "the checked edit was written" if written else "the file was left unchanged"
+    return ("%s: unexpected %s while editing the containerd config; %s. This is a bug in "
+            "gpunode.nvidia.containerd_runtime: please report it with the task's arguments and the containerd "
+            "version (the file itself may hold credentials: attach it only with secrets removed)."
+            % (path or DEFAULT_PATH, type(exc).__name__, state))
 
 
 def _platform_writes_config(target):

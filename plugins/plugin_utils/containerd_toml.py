@@ -231,15 +231,6 @@ def is_nvidia_runtime(name, table):
     return "nvidia" in name or "nvidia" in str(binary)
 
 
-def pick_source_runtime(runtimes, default_name, own_name):
-    """The runtime pods use today: the default unless it is an nvidia runtime, else runc, else crun."""
-    for candidate in (default_name, "runc", "crun"):
-        table = runtimes.get(candidate)
-        if candidate != own_name and isinstance(table, dict) and not is_nvidia_runtime(candidate, table):
-            return candidate
-    return None
-
-
 def effective_runtimes(dump):
     """The runtimes table of a `config dump` (name -> table), or {}."""
     plugins = (dump or {}).get("plugins", {})
@@ -432,8 +423,8 @@ class _Edit(object):
         if not isinstance(ours, dict):
             return "runc" if runc_usable else None
         candidates = [("runc", runc)] if runc_usable else [(None, {"runtime_type": RUNC_TYPE})]
-        candidates += [(n, t) for n, t in runtimes.items()
-                       if n not in ("runc", self.name, reference) and isinstance(t, dict) and not is_nvidia_runtime(n, t)]
+        candidates += [(n, t) for n, t in runtimes.items() if n not in ("runc", self.name, reference)
+                       and isinstance(t, dict) and not is_nvidia_runtime(n, t)]
         for candidate, table in candidates:
             if all(_inherited(table, key) == _inherited(ours, key) for key in INHERITED_KEYS):
                 return candidate

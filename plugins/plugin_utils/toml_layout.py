@@ -135,18 +135,6 @@ class Layout(object):
                 end = entry.end
         return end
 
-    def subtree_range(self, path):
-        """(start, end) offsets of the header `path` and every table under it, or None."""
-        header = self.header(path)
-        if header is None:
-            return None
-        end = header.end
-        for entry in self.entries[self.entries.index(header) + 1:]:
-            if entry.is_header and entry.path[:len(path)] != path:
-                break
-            end = entry.end
-        return header.start, end
-
     def indent_step(self):
         """Indentation added per nesting level of headers (0 for flat files)."""
         headers = [e for e in self.entries if e.is_header]
