@@ -246,13 +246,24 @@ def _require_tables(data, layout, table_path, path, what):
     for size in range(1, len(table_path) + 1):
         value = get_path(data, table_path[:size])
         if value is not None and not isinstance(value, dict):
-            entry = layout.key(table_path[:size]) or layout.array_ancestor(table_path[:size])
+            entry = (layout.key(table_path[:size]) or layout.array_ancestor(table_path[:size])
+                     or layout.inline_ancestor(table_path[:size]))
             where = "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?"
-            kind = "an array of tables" if isinstance(value, list) else "a %s" % type(value).__name__
+            kind = "an array of tables" if isinstance(value, list) and layout.array_ancestor(
+                table_path[:size]) else _type_name(value)
             raise ConfigError(
                 "%s: %s: %s must be a table (it is %s), so containerd cannot read %s from it. Fix that "
                 "key and run again. The file was left unchanged."
                 % (path, where, render_path(table_path[:size], '"'), kind, what))
+
+
+def _type_name(value):
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                       (list, "an array"), (datetime.datetime, "a date-time"), (datetime.date, "a date"),
+                       (datetime.time, "a time")):
+        if isinstance(value, kind):
+            return name
+    return "a %s" % type(value).__name__
 
 
 # ---------------------------------------------------------------- planning
@@ -358,8 +369,10 @@ class _Edit(object):
         default = get_path(data, self.default_path)
         if default is not None and not isinstance(default, str):
             entry = layout.key(self.default_path)
-            raise ConfigError("%s: line %s: default_runtime_name must be a string naming a runtime. Fix it and run "
-                              "again. The file was left unchanged." % (path, entry.line if entry else "?"))
+            raise ConfigError("%s: %s: default_runtime_name must be a string naming a runtime, not %s. Fix it and "
+                              "run again. The file was left unchanged."
+                              % (path, "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?",
+                                 _type_name(default)))
         self.default_name = default
         legacy = get_path(data, self.legacy_default_path)
         self.legacy_default = legacy if isinstance(legacy, dict) and legacy.get("runtime_type") else None
