@@ -379,3 +379,17 @@ def test_editor_mistakes_become_refusals_not_writes(monkeypatch):
     monkeypatch.setattr(containerd_toml, "_insert_table", lambda text, *a, **k: text + "oops = 1\n")
     with pytest.raises(ConfigError, match="could not edit this file in place.*This is a bug"):
         edit(read("v2-commented.toml"))
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('version = 2\nplugins = { "io.containerd.grpc.v1.cri" = 5 }\n',
+     r"line 2, column 11: plugins.\"io.containerd.grpc.v1.cri\" must be a table \(it is an integer\)"),
+    ('version = 2\n[%s.containerd]\ndefault_runtime_name = 3\n' % CRI2,
+     r"line 3, column 24: default_runtime_name must be a string naming a runtime, not an integer"),
+    ('version = 2\n[%s.containerd.runtimes.runc]\noptions = "x"\n' % CRI2,
+     r"line 3, column 11: .*runtimes.runc.options must be a table \(it is a string\)"),
+])
+def test_valid_toml_of_the_wrong_type_is_refused_with_its_position(text, expected):
+    with pytest.raises(ConfigError, match=expected) as err:
+        edit(text)
+    assert "fix the TOML" not in str(err.value) and "left unchanged" in str(err.value)
