@@ -30,6 +30,7 @@ _LOCAL_DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
 _TIME_AFTER_SPACE = re.compile(r" \d{2}:\d{2}")
 # Arrays and inline tables nested deeper than this are refused before any parser recurses into them.
 MAX_NESTING = 32
+_NESTING_CHARS = re.compile(r"[\n#\"'\[\]{}]")
 
 
 class Entry(object):
@@ -166,8 +167,14 @@ def nesting_too_deep(text):
 
     An iterative pass (strings and comments skipped), so that no recursive parser ever sees such input.
     """
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return None
     depth, line, line_start, i, length = 0, 1, 0, 0, len(text)
     while i < length:
+        match = _NESTING_CHARS.search(text, i)
+        if match is None:
+            break
+        i = match.start()
         char = text[i]
         if char == "\n":
             line, line_start = line + 1, i + 1
@@ -289,6 +296,8 @@ def _parse_key(text, pos):
 
 
 def _decode_string(literal):
+    if "\\" not in literal:
+        return literal[1:-1]
     if tomllib is not None:
         return tomllib.loads("k = " + literal)["k"]
     return tomlkit.parse("k = " + literal)["k"].unwrap()  # pragma: no cover
