@@ -821,7 +821,6 @@ def _insert_table(text, layout, path, table, after_path=None, comment=None):
             indent = ancestor.indent + step
         else:
             offset, indent = len(text), ""
-            blank = bool(layout.entries)
     block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
     return _insert(text, offset, block)
 

@@ -393,3 +393,12 @@ def test_valid_toml_of_the_wrong_type_is_refused_with_its_position(text, expecte
     with pytest.raises(ConfigError, match=expected) as err:
         edit(text)
     assert "fix the TOML" not in str(err.value) and "left unchanged" in str(err.value)
+
+
+def test_runtime_appended_at_the_end_is_removed_without_leftover_blank_lines():
+    """Found by the fuzz profile: a file whose CRI runtime tables start at its end."""
+    text = ('[plugins."io.containerd.cri.v1.runtime".containerd.default_runtime]\r\nruntime_type = "io.containerd.runc.v2"'
+            '\r\n[plugins."io.containerd.example.v1.things"]\r\n[[plugins."io.containerd.example.v1.things".items]]\r\n'
+            'name = "b"')
+    added = edit(text)
+    assert edit(added.text, state="absent").text == text + "\r\n"
