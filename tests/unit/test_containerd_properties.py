@@ -376,7 +376,7 @@ def garbled(draw):
 
 
 options = st.fixed_dictionaries({
-    # Not "runc": naming the new runtime after the runtime pods use replaces it (see the report of issue 11).
+    # Not "runc": a runtime named after the one pods use replaces it (a known limit, docs/containerd.md).
     "name": st.sampled_from(["nvidia", "nvidia-cdi", "gpu.runtime"]),
     "set_as_default": st.booleans(),
     "cdi": st.booleans(),
