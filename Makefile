@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(REPO)/.cache/collections
 export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: demo demo-clean test unit integration molecule lint bootstrap bench
+.PHONY: demo demo-clean test unit integration molecule lint bootstrap bench fuzz
 
 bootstrap:
 	tests/testbed/bootstrap.sh
@@ -74,3 +74,7 @@ FLEET_SIZES ?= 1,10
 FLEET_CONNECTIONS ?= docker,ssh
 bench: bootstrap
 	FLEET_SIZES=$(FLEET_SIZES) FLEET_CONNECTIONS=$(FLEET_CONNECTIONS) $(PY) tests/benchmarks/bench_fleet.py
+
+# Property-based tests with the long hypothesis profile (>= 5000 examples per property).
+fuzz: bootstrap
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/unit -k propert

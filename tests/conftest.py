@@ -51,3 +51,14 @@ def _support_oldest_ansible_core():
 
 
 _support_oldest_ansible_core()
+
+
+# Property-based tests (tests/unit/test_*_properties.py): `ci` is bounded and derandomized (same examples
+# on every run, fast on a loaded machine) and the default; `make fuzz` selects `fuzz`.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("fuzz", max_examples=5000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -19,7 +19,6 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import unexpected_error
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
@@ -47,6 +46,8 @@ DROPIN_NAME = "99-nvidia.toml"
 
 class ActionModule(ValidatedAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
+    _edit_path = None  # the file being edited, once known (named in unexpected failures)
+    _written = False
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -57,9 +58,9 @@ class ActionModule(ValidatedAction):
             result.update(failed=True, msg=str(exc), changed=False)
         except AnsibleActionFail:
             raise
-        except Exception:  # pylint: disable=broad-except  # never a traceback, never the file's text
+        except Exception as exc:  # pylint: disable=broad-except  # a bug: a clear failure, never a traceback
             result.update(failed=True, changed=False,
-                          msg=unexpected_error("containerd_runtime", args["path"] or "the containerd config"))
+                          msg=unexpected_error_message(self._edit_path or args["path"], exc, self._written))
         return mask_data(result)
 
     def _node(self, task_vars, **module_args):
@@ -70,6 +71,7 @@ class ActionModule(ValidatedAction):
 
     def _run(self, args, task_vars):
         target, path = self._resolve_target(args, task_vars)
+        self._edit_path = path
         if args["path"] is None and _platform_writes_config(target):
             return self._platform_managed(target)
         dump_cmd = [self._containerd_binary(args, target, path), "--config", "%s", "config", "dump"]
@@ -157,6 +159,7 @@ class ActionModule(ValidatedAction):
             else:
                 written[path] = self._node(task_vars, op="write", path=path, content=text, expected_sha256=expected,
                                            backup=args["backup"], mode=current.get("file_mode") or "0644")
+            self._written = True
         return written
 
     def _resolve_target(self, args, task_vars):
@@ -583,6 +586,15 @@ def _existed(files, path):
 def _text_of(files, path):
     config = files.get(path)
     return config.text if config is not None else ""
+
+
+def unexpected_error_message(path, exc, written=False):
+    """Name the file and the bug, never the file's content (it may hold credentials)."""
+    state = "the checked edit was written" if written else "the file was left unchanged"
+    return ("%s: unexpected %s while editing the containerd config; %s. This is a bug in "
+            "gpunode.nvidia.containerd_runtime: please report it with the task's arguments and the containerd "
+            "version (the file itself may hold credentials: attach it only with secrets removed)."
+            % (path or DEFAULT_PATH, type(exc).__name__, state))
 
 
 def _platform_writes_config(target):

@@ -293,6 +293,15 @@ def main():
         required_if=[("op", "check", ["content", "command"]), ("op", "write", ["content"])],
         supports_check_mode=True,
     )
+    try:
+        run(module)
+    except Exception as exc:  # a bug must not reach the user as a traceback (nor show file content)
+        module.fail_json(msg="%s: unexpected %s in gpunode.nvidia.config_file; the file was left unchanged. "
+                             "This is a bug: please report it with the task's arguments (not the file content)."
+                             % (module.params["path"], type(exc).__name__))
+
+
+def run(module):
     params = module.params
     path = params["path"]
     if os.path.isdir(path):

@@ -3,11 +3,16 @@
 # Apache License 2.0
 """Plan an in-place edit of a containerd config.toml (controller side).
 
-`plan_runtime_edit` returns the new text and what it means. Untouched lines
-stay byte-identical: new lines are spliced into the original text at the
-place a person would put them, values are replaced inside their span, and
-the result is re-parsed and compared with the expected document before
-anyone sees it.
+`plan_runtime_edit` returns the new text and what it means. The invariant
+(docs/containerd.md): for any input it either raises ConfigError (file, line,
+column, what to do) or returns text that parses, equals the input document
+plus exactly the intended change, keeps every line outside the runtime's own
+table and the keys asked for, and plans no further change when run again.
+Untouched lines stay byte-identical: new lines are spliced into the original
+text in the style of the tables around them (sections, dotted keys, inline
+tables), values are replaced inside their span, and the result is re-parsed
+and compared with the expected document before anyone sees it: an editor
+mistake becomes a refusal, never a wrong write.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,7 +20,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import json
+import datetime
+import math
 import re
 import sys
 
@@ -35,7 +41,8 @@ try:  # Python 3.11+: the standard parser, with precise error positions
 except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import Layout, ScanError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import (
+    MAX_NESTING, Layout, ScanError, nesting_too_deep)
 
 # The CRI runtime plugin's table, by config version (field guide §2).
 CRI_PLUGIN = {
@@ -44,6 +51,7 @@ CRI_PLUGIN = {
     3: ("plugins", "io.containerd.cri.v1.runtime"),
     4: ("plugins", "io.containerd.cri.v1.runtime"),
 }
+CRI_V1_RUNTIME = ("plugins", "io.containerd.cri.v1.runtime")
 # Names under which `disabled_plugins` turns the CRI plugin off.
 CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images")
 # The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
@@ -53,6 +61,12 @@ BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today:
                    "a file that lists any runtime replaces the built-in list")
 # Keys a runtime must share with the runtime pods use today, even when it already exists.
 INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
+# Written above default_runtime_name only when the previous default cannot be derived from the file.
+PREVIOUS_DEFAULT = re.compile(r"^[ \t]*# gpunode\.nvidia: default_runtime_name was (unset|\"([^\"\\\n]*)\")")
+PREVIOUS_DEFAULT_COMMENT = "# gpunode.nvidia: default_runtime_name was %s (state: absent restores it)"
+MAX_DEPTH = 64  # tables, arrays and inline tables together
+BUG_REPORT = ("The file was left unchanged. This is a bug in gpunode.nvidia.containerd_runtime: please report it "
+              "with the file attached (credentials removed).")
 
 
 class ConfigError(Exception):
@@ -87,20 +101,36 @@ class Plan(object):
         return self.cri_path[1]
 
 
+# ---------------------------------------------------------------- reading
+
+
 def parse(text, path):
     """Parse TOML into plain data; syntax errors name file, line and column."""
-    if tomllib is not None:
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
-            reason, line, col = match.groups() if match else (str(exc), "?", "?")
-            raise _syntax_error(path, line, col, reason)
+    deep = nesting_too_deep(text)
+    if deep:
+        raise ConfigError(
+            "%s: line %d, column %d: arrays or inline tables nested more than %d levels deep; containerd "
+            "configs never need that. The file was left unchanged; flatten that value and run again."
+            % (path, deep[0], deep[1], MAX_NESTING))
     try:
-        return tomlkit.parse(text).unwrap()
-    except ParseError as exc:
-        reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
-        raise _syntax_error(path, exc.line, exc.col, reason)
+        if tomllib is not None:
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+                reason, line, col = match.groups() if match else (str(exc), "?", "?")
+                raise _syntax_error(path, line, col, reason)
+        else:  # pragma: no cover
+            try:
+                data = tomlkit.parse(text).unwrap()
+            except ParseError as exc:
+                reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
+                raise _syntax_error(path, exc.line, exc.col, reason)
+    except RecursionError:
+        raise ConfigError("%s: the document nests too deeply to be read safely. The file was left unchanged; "
+                          "flatten it and run again." % path)
+    _check_depth(data, path)
+    return data
 
 
 def _syntax_error(path, line, col, reason):
@@ -108,10 +138,30 @@ def _syntax_error(path, line, col, reason):
                        % (path, line, col, reason.rstrip(".")))
 
 
+def _check_depth(data, path):
+    """Refuse documents nested deeper than MAX_DEPTH (checked iteratively: no recursion on input)."""
+    stack = [(data, 1, ())]
+    while stack:
+        value, depth, top = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError("%s: key %s nests tables and arrays more than %d levels deep; containerd configs "
+                              "never need that. The file was left unchanged; flatten it and run again."
+                              % (path, render_key(top[0]) if top else "(top level)", MAX_DEPTH))
+        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1, top or (str(key),)))
+
+
 def default_version(containerd_version):
     """Config version for a new file: 3 for containerd 2.x, else 2 (read by 1.x and 2.x alike)."""
     major = _major(containerd_version)
     return 3 if major is not None and major >= 2 else 2
+
+
+def _release(version):
+    match = re.search(r"\d+\.\d+(\.\d+)?", version or "")
+    return match.group(0) if match else version
 
 
 def _major(version):
@@ -121,19 +171,21 @@ def _major(version):
 
 def config_version(data, layout, path):
     version = data.get("version", 1)
+    entry = layout.key(("version",))
     if isinstance(version, bool) or not isinstance(version, int):
-        entry = layout.key(("version",))
         raise ConfigError(
             "%s: line %s: `version` must be an integer (1, 2, 3 or 4), found %r. "
             "The file was left unchanged." % (path, entry.line if entry else "?", version)
         )
     if version not in CRI_PLUGIN:
-        raise ConfigError("%s: config version %d is not supported (1 to 4 are). The file was left unchanged." % (path, version))
+        raise ConfigError("%s: line %s: config version %d is not supported (1 to 4 are). The file was left "
+                          "unchanged." % (path, entry.line if entry else "?", version))
     return version
 
 
 def check_cri_enabled(data, layout, path):
-    disabled = [p for p in data.get("disabled_plugins") or [] if p in CRI_PLUGIN_IDS]
+    listed = data.get("disabled_plugins") or []
+    disabled = [p for p in listed if isinstance(p, str) and p in CRI_PLUGIN_IDS] if isinstance(listed, list) else []
     if disabled:
         entry = layout.key(("disabled_plugins",))
         raise ConfigError(
@@ -143,6 +195,43 @@ def check_cri_enabled(data, layout, path):
             % (path, entry.line if entry else "?", ", ".join('"%s"' % p for p in disabled),
                " and ".join('"%s"' % p for p in disabled))
         )
+
+
+def cri_table(data, version, layout, path, containerd_version):
+    """The CRI runtime table containerd of the installed version reads from this file.
+
+    A v1/v2 file may hold `io.containerd.cri.v1.runtime` tables (cloud node images ship such files):
+    containerd 2.x reads them and ignores the v1/v2 runtime settings; 1.x ignores them (verified
+    with `config dump` on 1.6.20, 1.7.24 and 2.1.9, tests/integration/test_containerd_versions.py).
+    """
+    plugins = data.get("plugins")
+    if version >= 3 or not isinstance(plugins, dict) or CRI_V1_RUNTIME[1] not in plugins:
+        return CRI_PLUGIN[version]
+    major = _major(containerd_version)
+    if major is not None and major >= 2:
+        return CRI_V1_RUNTIME
+    where = _position(layout, CRI_V1_RUNTIME)
+    declared = render_path(CRI_PLUGIN[version], '"')
+    if major is None:
+        raise ConfigError(
+            "%s: %s: this version %d file configures the CRI runtime under [%s], a table only containerd "
+            "2.x reads (containerd 1.x reads [%s] and ignores it), and the installed containerd's version is "
+            "unknown, so which table takes effect cannot be told. Let the module find containerd "
+            "(containerd_binary, validate: true), or write `version = 3` if this node runs containerd 2.x. "
+            "The file was left unchanged." % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), declared))
+    raise ConfigError(
+        "%s: %s: this version %d file configures the CRI runtime under [%s], which containerd %s ignores "
+        "(containerd 1.x reads only [%s]; the file was written for containerd 2.x): its runtime settings "
+        "are not in effect on this node. Move them under [%s] (or install containerd 2.x) and run again. "
+        "The file was left unchanged."
+        % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), _release(containerd_version), declared, declared))
+
+
+def _position(layout, table_path):
+    """'line L, column C' of the first entry at or under `table_path`."""
+    for entry in layout.under(table_path) or layout.entries[:1]:
+        return "line %d, column %d" % (entry.line, entry.column())
+    return "line ?"
 
 
 def get_path(data, path, default=None):
@@ -159,7 +248,8 @@ def is_nvidia_runtime(name, table):
 
 
 def pick_source_runtime(runtimes, default_name, own_name):
-    """The runtime pods use today: the default unless it is an nvidia runtime, else runc, else crun."""
+    """The runtime pods use today among merged runtimes (files of a drop-in world): the default unless
+    it is an nvidia runtime, else runc, else crun."""
     for candidate in (default_name, "runc", "crun"):
         table = runtimes.get(candidate)
         if candidate != own_name and isinstance(table, dict) and not is_nvidia_runtime(candidate, table):
@@ -172,9 +262,56 @@ def effective_runtimes(dump):
     plugins = (dump or {}).get("plugins", {})
     for plugin in CRI_DUMP_PLUGINS:
         table = get_path(plugins, (plugin, "containerd", "runtimes"))
-        if table:
+        if isinstance(table, dict) and table:
             return table
     return {}
+
+
+def _require_tables(data, layout, table_path, path, what):
+    """Refuse when a table on `table_path` holds another type (containerd would not load it either)."""
+    for size in range(1, len(table_path) + 1):
+        value = get_path(data, table_path[:size])
+        if value is not None and not isinstance(value, dict):
+            entry = (layout.key(table_path[:size]) or layout.array_ancestor(table_path[:size])
+                     or layout.inline_ancestor(table_path[:size]))
+            where = "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?"
+            kind = "an array of tables" if isinstance(value, list) and layout.array_ancestor(
+                table_path[:size]) else _type_name(value)
+            raise ConfigError(
+                "%s: %s: %s must be a table (it is %s), so containerd cannot read %s from it. Fix that "
+                "key and run again. The file was left unchanged."
+                % (path, where, render_path(table_path[:size], '"'), kind, what))
+
+
+def _type_name(value):
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                       (list, "an array"), (datetime.datetime, "a date-time"), (datetime.date, "a date"),
+                       (datetime.time, "a time")):
+        if isinstance(value, kind):
+            return name
+    return "a %s" % type(value).__name__
+
+
+# ---------------------------------------------------------------- planning
+
+
+class _Text(object):
+    """The document being edited: LF text (a CRLF file is edited as LF and written back as CRLF)."""
+
+    def __init__(self, original):
+        self.bom = original.startswith(u"\ufeff")
+        body = original[1:] if self.bom else original
+        self.crlf = "\r\n" in body and body.count("\r\n") == body.count("\n")
+        self.body = body  # what the parser reads
+        self.text = body.replace("\r\n", "\n") if self.crlf else body
+
+    def output(self, text):
+        if self.crlf:
+            text = text.replace("\n", "\r\n")
+        return (u"\ufeff" if self.bom else "") + text
+
+    def parseable(self, output):
+        return output[1:] if self.bom else output
 
 
 def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-container-runtime",
@@ -182,69 +319,356 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
                       effective=None):
     """Return a Plan for adding, updating or removing runtime `name` in config text.
 
-    `effective` is containerd's `config dump` of the current file, when known.
+    `effective` is containerd's `config dump` of the current file, when known. Raises ConfigError only.
     """
     require_tomlkit()
-    original = text
-    data = parse(text, path)
-    try:
-        layout = Layout(text)
-    except ScanError as exc:
-        raise ConfigError("%s: %s. The file was left unchanged." % (path, exc))
+    doc = _Text(text)
+    data = parse(doc.body, path)
+    layout = _layout(doc.text, path)
+    work = doc.text
     if not layout.entries:
+        if state != "present":
+            return Plan(text, text, data, default_version(containerd_version), CRI_PLUGIN[default_version(
+                containerd_version)], name, None, "runc", None)
         version = default_version(containerd_version)
-        text = _with_version(text, version)
+        work = _with_version(work, version)
         data = {"version": version}
     else:
         version = config_version(data, layout, path)
     check_cri_enabled(data, layout, path)
-
-    cri = CRI_PLUGIN[version]
-    runtimes_path = cri + ("containerd", "runtimes")
-    default_path = cri + ("containerd", "default_runtime_name")
-    runtimes = get_path(data, runtimes_path, {}) or {}
-    default_name = get_path(data, default_path)
-    source_name = pick_source_runtime(runtimes, default_name or "runc", name)
-    expected = copy.deepcopy(data)
-    runtime = None
-
+    cri = cri_table(data, version, layout, path, containerd_version)
+    edit = _Edit(work, data, cri, name, path, containerd_version, effective)
     if state == "present":
-        # Parent keys first, so that a new runtime table nests under any header they add.
-        if cdi and get_path(data, cri + ("enable_cdi",)) is not True:
-            text = set_value(text, cri + ("enable_cdi",), True)
-            _set_path(expected, cri + ("enable_cdi",), True)
-        if set_as_default and default_name != name:
-            text = set_value(text, default_path, name)
-            _set_path(expected, default_path, name)
-        if not runtimes and _replaces_builtin_runtimes(containerd_version):
+        edit.present(binary, set_as_default, cdi)
+    else:
+        edit.absent()
+    output = doc.output(edit.text)
+    new_data = _verify(doc.parseable(output), edit.expected, path)
+    new_default = get_path(new_data, edit.default_path)
+    return Plan(text, output, new_data, version, cri, name, edit.runtime,
+                new_default if isinstance(new_default, str) else "runc", edit.source_name)
+
+
+def _layout(text, path):
+    try:
+        return Layout(text)
+    except (ScanError, ValueError, IndexError) as exc:
+        raise ConfigError("%s: could not locate the entries of this (valid) file: %s. %s" % (path, exc, BUG_REPORT))
+
+
+def _verify(output, expected, path):
+    """The post-condition: the output parses and equals the expected document."""
+    try:
+        new_data = parse(output, path)
+    except ConfigError:
+        new_data = None
+    if new_data is None or _comparable(_pruned(new_data)) != _comparable(_pruned(expected)):
+        raise ConfigError(
+            "%s: could not edit this file in place without side effects (the edited text would not equal the "
+            "original document plus the runtime). %s" % (path, BUG_REPORT))
+    return new_data
+
+
+class _Edit(object):
+    """One planned edit: the text, the document it must equal, and what was decided."""
+
+    def __init__(self, text, data, cri, name, path, containerd_version, effective):
+        self.text = text
+        self.data = data
+        self.expected = copy.deepcopy(data)
+        self.cri = cri
+        self.name = name
+        self.path = path
+        self.containerd_version = containerd_version
+        self.effective = effective
+        self.runtimes_path = cri + ("containerd", "runtimes")
+        self.default_path = cri + ("containerd", "default_runtime_name")
+        self.legacy_default_path = cri + ("containerd", "default_runtime")
+        self.runtime = None
+        self.source_name = None
+        layout = Layout(text)
+        _require_tables(data, layout, self.runtimes_path, path, "runtimes")
+        runtimes = get_path(data, self.runtimes_path) or {}
+        for runtime_name, table in runtimes.items():
+            _require_tables(data, layout, self.runtimes_path + (runtime_name, "options"), path,
+                            "the options of runtime %s" % runtime_name)
+        self.runtimes = runtimes
+        default = get_path(data, self.default_path)
+        if default is not None and not isinstance(default, str):
+            entry = layout.key(self.default_path)
+            raise ConfigError("%s: %s: default_runtime_name must be a string naming a runtime, not %s. Fix it and "
+                              "run again. The file was left unchanged."
+                              % (path, "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?",
+                                 _type_name(default)))
+        self.default_name = default
+        legacy = get_path(data, self.legacy_default_path)
+        self.legacy_default = legacy if isinstance(legacy, dict) and legacy.get("runtime_type") else None
+
+    # -- decisions
+
+    def _builtin(self):
+        builtin = effective_runtimes(self.effective).get("runc")
+        return builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+
+    def _source(self):
+        """(name, table) of the runtime pods use today, which the new runtime copies."""
+        if self.legacy_default is not None:
+            return "default_runtime", self.legacy_default
+        default = self.default_name
+        if default == self.name:  # ours already: the source is what pods used before it
+            recorded = self._recorded_previous()
+            if recorded is _NOT_RECORDED:
+                return self._source_named(self._derived_previous(self.data) or "runc")
+            default = recorded
+        table = self.runtimes.get(default) if default else None
+        if default and default != self.name and isinstance(table, dict) and not is_nvidia_runtime(default, table):
+            return default, table
+        if default in (None, "runc"):
+            return self._source_named("runc")
+        # The default is another nvidia runtime: the source is the runtime it was copied from.
+        return self._source_named(self._derived_previous(self.data, default) or "runc")
+
+    def _source_named(self, source_name):
+        """(name, table) of a source runtime: the file's table, else containerd's built-in runc."""
+        table = self.runtimes.get(source_name) if source_name != self.name else None
+        return source_name, table if isinstance(table, dict) else {"runtime_type": RUNC_TYPE}
+
+    def _recorded_previous(self):
+        """The default recorded above default_runtime_name (None: unset), or _NOT_RECORDED."""
+        marker = self._marker(Layout(self.text))
+        if marker is None:
+            return _NOT_RECORDED
+        match = PREVIOUS_DEFAULT.match(marker[2])
+        return match.group(2) if match.group(1) != "unset" else None
+
+    def _marker(self, layout):
+        """(start, end, line text) of the comment line just above default_runtime_name, if it is ours."""
+        entry = layout.key(self.default_path)
+        if entry is None or entry.start == 0:
+            return None
+        start = self.text.rfind("\n", 0, entry.start - 1) + 1
+        line = self.text[start:entry.start]
+        return (start, entry.start, line) if PREVIOUS_DEFAULT.match(line) else None
+
+    def _derived_previous(self, data, reference=None):
+        """What `absent` restores without a record: the runtime whose inherited options the `reference`
+        runtime (ours by default) matches: the file's runc, else containerd's built-in runc (None: no
+        key), then the other non-nvidia runtimes in file order; without a match, runc."""
+        runtimes = get_path(data, self.runtimes_path) or {}
+        reference = reference or self.name
+        ours = runtimes.get(reference)
+        runc = runtimes.get("runc")
+        runc_usable = "runc" not in (self.name, reference) and isinstance(runc, dict) and not is_nvidia_runtime(
+            "runc", runc)
+        if not isinstance(ours, dict):
+            return "runc" if runc_usable else None
+        candidates = [("runc", runc)] if runc_usable else [(None, {"runtime_type": RUNC_TYPE})]
+        candidates += [(n, t) for n, t in runtimes.items() if n not in ("runc", self.name, reference)
+                       and isinstance(t, dict) and not is_nvidia_runtime(n, t)]
+        for candidate, table in candidates:
+            if all(_inherited(table, key) == _inherited(ours, key) for key in INHERITED_KEYS):
+                return candidate
+        return "runc" if runc_usable else None
+
+    # -- present
+
+    def present(self, binary, set_as_default, cdi):
+        if set_as_default and self.legacy_default is not None:
+            layout = Layout(self.text)
+            raise ConfigError(
+                "%s: %s: this file sets the deprecated `default_runtime` table, which containerd turns into "
+                "the default runtime (named \"default\") whatever default_runtime_name says, so %s cannot "
+                "become the default. Move that table to [%s.default] with default_runtime_name = \"default\" "
+                "(same keys), or run without set_as_default. The file was left unchanged."
+                % (self.path, _position(layout, self.legacy_default_path), self.name,
+                   render_path(self.runtimes_path, '"')))
+        self.source_name, source = self._source()
+        write_builtin = (not self.runtimes and self.legacy_default is None and self.source_name != self.name
+                         and _replaces_builtin_runtimes(self.containerd_version))
+        if write_builtin:
             # containerd 1.x: a file that lists any runtime replaces the built-in list, so the
             # runtime pods use today is written out as containerd runs it now, or it would vanish.
-            source_name = default_name or "runc"
-            builtin = effective_runtimes(effective).get(source_name) or {"runtime_type": RUNC_TYPE}
-            text = _write_runtime(text, runtimes_path, source_name, None, builtin, None, path,
-                                  comment=BUILTIN_COMMENT)
-            _set_path(expected, runtimes_path + (source_name,), builtin)
-            runtimes = {source_name: builtin}
-        source = runtimes.get(source_name) or {"runtime_type": RUNC_TYPE}
-        runtime = _desired_runtime(runtimes.get(name), source, binary)
-        text = _write_runtime(text, runtimes_path, name, runtimes.get(name), runtime, source_name, path)
-        _set_path(expected, runtimes_path + (name,), runtime)
-    elif name in runtimes:
-        text = _remove_table(text, runtimes_path + (name,), path)
-        del get_path(expected, runtimes_path)[name]
-        if default_name == name:
-            fallback = source_name or "runc"
-            text = set_value(text, default_path, fallback)
-            _set_path(expected, default_path, fallback)
+            builtin = effective_runtimes(self.effective).get(self.source_name)
+            source = builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+        existing = self.runtimes.get(self.name)
+        self.runtime = _desired_runtime(existing, source, binary)
+        runtime_path = self.runtimes_path + (self.name,)
+        # Parent keys first, so that a new runtime table nests under any header they add.
+        if cdi and get_path(self.data, self.cri + ("enable_cdi",)) is not True:
+            self._set(self.cri + ("enable_cdi",), True)
+        if set_as_default and self.default_name != self.name:
+            self._set(self.default_path, self.name)
+            planned = copy.deepcopy(self.expected)
+            if write_builtin:
+                _set_path(planned, self.runtimes_path + (self.source_name,), source)
+            _set_path(planned, runtime_path, self.runtime)
+            if self._derived_previous(planned) != self.default_name:
+                self._write_marker(self.default_name)
+        if write_builtin:
+            self._add_table(self.runtimes_path + (self.source_name,), source, None, comment=BUILTIN_COMMENT)
+            _set_path(self.expected, self.runtimes_path + (self.source_name,), source)
+            self.runtimes = {self.source_name: source}
+        if existing is None:
+            after = self.source_name if self.source_name in self.runtimes else None
+            self._add_table(runtime_path, self.runtime, after)
+        else:
+            self._update_runtime(runtime_path, existing, self.runtime)
+        _set_path(self.expected, runtime_path, self.runtime)
 
-    new_data = parse(text, path)
-    if _pruned(new_data) != _pruned(expected):
-        raise ConfigError(
-            "%s: could not edit this file in place without side effects (its layout is unusual). "
-            "The file was left unchanged; please report it with the file attached." % path
-        )
-    new_default = get_path(new_data, default_path) or "runc"
-    return Plan(original, text, new_data, version, cri, name, runtime, new_default, source_name)
+    def _write_marker(self, previous):
+        layout = Layout(self.text)
+        entry = layout.key(self.default_path)
+        label = "unset" if previous is None else '"%s"' % previous
+        if previous is not None and ('"' in previous or "\\" in previous or "\n" in previous):
+            raise ConfigError("%s: line %d: the current default_runtime_name %r cannot be recorded for state: "
+                              "absent; rename that runtime and run again. The file was left unchanged."
+                              % (self.path, entry.line, previous))
+        self.text = _insert(self.text, entry.start, entry.indent + PREVIOUS_DEFAULT_COMMENT % label + "\n")
+
+    def _update_runtime(self, runtime_path, existing, desired):
+        layout = Layout(self.text)
+        inline = layout.key(runtime_path)
+        if inline is not None:
+            # Written as one inline table: that line is the runtime's own, rewrite its value.
+            self.text = _replace_value(self.text, inline, desired)
+            return
+        for key_path, value in _leaves(desired):
+            if get_path(existing, key_path) != value:
+                holder = Layout(self.text).inline_ancestor(runtime_path + key_path)
+                if holder is not None and holder.path[:len(runtime_path)] == runtime_path:
+                    # An inline table inside the runtime's own table (options = { ... }): its line is ours.
+                    self.text = _replace_value(self.text, holder, get_path(desired, holder.path[len(runtime_path):]))
+                else:
+                    self._set(runtime_path + key_path, value, update_expected=False)
+
+    # -- absent
+
+    def absent(self):
+        runtime_path = self.runtimes_path + (self.name,)
+        if self.name in self.runtimes:
+            previous = _NOT_RECORDED
+            if self.default_name == self.name:
+                previous = self._recorded_previous()
+                if previous is _NOT_RECORDED:
+                    previous = self._derived_previous(self.data)
+            self.source_name = previous if previous is not _NOT_RECORDED else None
+            self._remove_tree(runtime_path)
+            del get_path(self.expected, self.runtimes_path)[self.name]
+            if self.default_name == self.name:
+                self._restore_default(previous)
+
+    def _restore_default(self, previous):
+        marker = self._marker(Layout(self.text))
+        if marker is not None:
+            self.text = self.text[:marker[0]] + self.text[marker[1]:]
+        if previous is None:
+            layout = Layout(self.text)
+            self._refuse_inline(self.default_path, layout)
+            entry = layout.key(self.default_path)
+            self.text = self.text[:entry.start] + self.text[entry.end:]
+            del get_path(self.expected, self.default_path[:-1])[self.default_path[-1]]
+        else:
+            self._set(self.default_path, previous)
+
+    # -- text edits
+
+    def _set(self, key_path, value, update_expected=True):
+        """Set one key: replace its value in place, or add it in the style of its table."""
+        layout = Layout(self.text)
+        self._refuse_inline(key_path, layout)
+        entry = layout.key(key_path)
+        if entry is not None:
+            self.text = _replace_value(self.text, entry, value)
+        else:
+            self._add(key_path[:-1], {key_path[-1]: value}, layout)
+        if update_expected:
+            _set_path(self.expected, key_path, value)
+
+    def _add_table(self, table_path, table, after_name, comment=None):
+        """Add a new table (a runtime) beside `after_name`'s, in that runtime's style."""
+        layout = Layout(self.text)
+        self._refuse_inline(table_path, layout)
+        if after_name is not None:
+            sibling = self.runtimes_path + (after_name,)
+            entry = layout.key(sibling)
+            if entry is not None:  # the sibling is one inline table: add ours as one more line beside it
+                relative = entry.path[len(entry.table):-1] + (table_path[-1],)
+                line = "%s%s = %s\n" % (entry.indent, render_path(relative, layout.quote_char()), render_value(table))
+                self.text = _insert(self.text, entry.end, line)
+                return
+            dotted = layout.dotted_entries(sibling)
+            if dotted and layout.header(sibling) is None and not _headers_under(layout, sibling):
+                self.text = _insert_dotted(self.text, layout, dotted, table_path, table)
+                return
+        self._add(table_path, table, layout, after=(self.runtimes_path + (after_name,)) if after_name else None,
+                  comment=comment, whole_table=True)
+
+    def _add(self, table_path, table, layout, after=None, comment=None, whole_table=False):
+        """Add keys (`table`) to the table at `table_path`, creating it in the style of its parents."""
+        header = layout.header(table_path)
+        if header is not None and not whole_table:
+            keys = layout.section_keys(header)
+            offset = keys[-1].end if keys else header.end
+            indent = keys[-1].indent if keys else header.indent + layout.indent_step()
+            self.text = _insert(self.text, offset, _render_keys((), table, indent, layout.quote_char()))
+            return
+        dotted = layout.dotted_entries(table_path)
+        if dotted and not whole_table:
+            self.text = _insert_dotted(self.text, layout, dotted, table_path, table)
+            return
+        anchor = _defining_ancestor(layout, table_path)
+        if anchor is not None and anchor[0] == "dotted" and not _headers_under(layout, anchor[1] + table_path[
+                len(anchor[1]):len(anchor[1]) + 1]):
+            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table)
+            return
+        if header is not None or dotted:
+            raise ConfigError("%s: %s is already defined; refusing to define it twice. %s"
+                              % (self.path, render_path(table_path, '"'), BUG_REPORT))
+        self.text = _insert_table(self.text, layout, table_path, table, after_path=after, comment=comment)
+
+    def _refuse_inline(self, key_path, layout):
+        holder = layout.inline_ancestor(key_path)
+        if holder is not None:
+            raise ConfigError(
+                "%s: line %d, column %d: %s is written as an inline table, and changing %s inside it would "
+                "rewrite that whole line (with the settings it holds). Write %s as a [%s] section (one per "
+                "sub-table, keys unchanged) and run again. The file was left unchanged."
+                % (self.path, holder.line, holder.column(), render_path(holder.path, '"'),
+                   render_path(key_path[len(holder.path):], '"'), render_path(holder.path, '"'),
+                   render_path(holder.path, '"')))
+        array = layout.array_ancestor(key_path)
+        if array is not None:
+            raise ConfigError(
+                "%s: line %d, column %d: %s is an array of tables ([[...]]), which containerd does not read "
+                "as a table. Write it as a [%s] section and run again. The file was left unchanged."
+                % (self.path, array.line, array.column(), render_path(array.path, '"'),
+                   render_path(array.path, '"')))
+
+    def _remove_tree(self, table_path):
+        """Remove every line that defines `table_path` or anything under it."""
+        layout = Layout(self.text)
+        self._refuse_inline(table_path, layout)
+        spans = []
+        blank = _blank_line_style(layout)
+        for entry in layout.under(table_path):
+            if entry.is_header:
+                start, end = entry.start, layout.section_end(entry)
+                if blank and self.text[:start].endswith("\n\n"):
+                    start -= 1
+                spans.append((start, end))
+            elif len(entry.table) < len(table_path):  # dotted or inline, in an ancestor's section
+                spans.append((entry.start, entry.end))
+        for start, end in sorted(spans, reverse=True):
+            self.text = self.text[:start] + self.text[end:]
+
+
+_NOT_RECORDED = object()
+
+
+def _inherited(table, key):
+    """An inherited key's value, with containerd's default (false) for the boolean ones."""
+    value = get_path(table, key)
+    return False if value is None and key != ("runtime_type",) else value
 
 
 def _replaces_builtin_runtimes(containerd_version):
@@ -259,6 +683,17 @@ def _pruned(data):
         return data
     pruned = dict((k, _pruned(v)) for k, v in data.items())
     return dict((k, v) for k, v in pruned.items() if v != {})
+
+
+def _comparable(data):
+    """Data where NaN equals NaN (TOML allows nan; nan != nan would refuse a correct edit)."""
+    if isinstance(data, dict):
+        return dict((k, _comparable(v)) for k, v in data.items())
+    if isinstance(data, list):
+        return [_comparable(v) for v in data]
+    if isinstance(data, float) and math.isnan(data):
+        return ("nan",)
+    return data
 
 
 def _with_version(text, version):
@@ -276,7 +711,8 @@ def _desired_runtime(existing, source, binary):
             value = get_path(source, key)
             if value is not None:
                 _set_path(table, key, value)
-    _set_path(table, ("options", "BinaryName"), binary)
+    if binary is not None:
+        _set_path(table, ("options", "BinaryName"), binary)
     return table
 
 
@@ -286,76 +722,100 @@ def _set_path(data, path, value):
     data[path[-1]] = value
 
 
-# ---------------------------------------------------------------- text edits
+# ---------------------------------------------------------------- rendering
 
 
 def render_value(value, old_text=None):
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str):
-        if old_text and old_text.startswith("'") and "'" not in value and "\n" not in value:
+        if old_text and old_text.startswith("'") and not old_text.startswith("'''") and _literal_ok(value):
             return "'%s'" % value
-        return json.dumps(value, ensure_ascii=False)
+        return _basic_string(value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
     if isinstance(value, list):
         return "[" + ", ".join(render_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join("%s = %s" % (render_key(k), render_value(v)) for k, v in value.items()) + "}"
+        if not value:
+            return "{}"
+        return "{ " + ", ".join("%s = %s" % (render_key(k), render_value(v)) for k, v in value.items()) + " }"
     raise TypeError("cannot render %r as TOML" % (value,))
+
+
+def _literal_ok(value):
+    return not re.search(r"['\x00-\x08\x0a-\x1f\x7f]", value)
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _basic_string(value):
+    out = []
+    for char in value:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7f:
+            out.append("\\u%04x" % ord(char))
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
 
 
 def render_key(key, quote='"'):
     if re.match(r"^[A-Za-z0-9_-]+$", key):
         return key
-    if quote == "'" and "'" not in key:
+    if quote == "'" and _literal_ok(key):
         return "'%s'" % key
-    return json.dumps(key)
+    return _basic_string(key)
 
 
 def render_path(path, quote):
     return ".".join(render_key(k, quote) for k in path)
 
 
-def set_value(text, path, value):
-    """Set the key at `path` to `value`, replacing only the value's text if the key exists."""
-    layout = Layout(text)
-    entry = layout.key(path)
-    if entry is not None:
-        old = text[entry.value_start:entry.value_end]
-        return text[:entry.value_start] + render_value(value, old) + text[entry.value_end:]
-    return _add_key(text, layout, path[:-1], path[-1], value)
+def _replace_value(text, entry, value):
+    old = text[entry.value_start:entry.value_end]
+    return text[:entry.value_start] + render_value(value, old) + text[entry.value_end:]
 
 
-def _add_key(text, layout, table, key, value):
-    header = layout.header(table) if table else None
-    if header is not None or not table:
-        keys = layout.section_keys(header) if header else _root_keys(layout)
-        if keys:
-            after, indent = keys[-1].end, keys[-1].indent
-        elif header is not None:
-            after, indent = header.end, header.indent + layout.indent_step()
-        else:
-            after, indent = 0, ""
-        line = "%s%s = %s\n" % (indent, render_key(key, layout.quote_char()), render_value(value))
-        return _insert(text, after, line)
-    dotted = [e for e in layout.entries
-              if e.kind == "key" and e.path[:len(table)] == table and len(e.table) < len(table)]
-    if dotted:
-        # The table is made of dotted keys in an ancestor's section: add one more beside them.
-        relative = table[len(dotted[-1].table):] + (key,)
-        line = "%s%s = %s\n" % (dotted[-1].indent, render_path(relative, layout.quote_char()), render_value(value))
-        return _insert(text, dotted[-1].end, line)
-    return _insert_table(text, layout, table, {key: value})
+def _render_keys(prefix, table, indent, quote):
+    """`a.b = v` lines for every leaf of `table` (empty tables as `x = {}`)."""
+    return "".join("%s%s = %s\n" % (indent, render_path(prefix + key_path, quote), render_value(value))
+                   for key_path, value in _leaves(table))
 
 
-def _root_keys(layout):
-    keys = []
-    for entry in layout.entries:
-        if entry.is_header:
-            break
-        keys.append(entry)
-    return keys
+def _insert_dotted(text, layout, dotted, table_path, table):
+    """Add `table`'s leaves as dotted keys beside the last dotted entry that defines its ancestor."""
+    last = dotted[-1]
+    prefix = table_path[len(last.table):]
+    return _insert(text, last.end, _render_keys(prefix, table, last.indent, layout.quote_char()))
+
+
+def _defining_ancestor(layout, table_path):
+    """('header', path, entry) or ('dotted', path, entries) of the deepest ancestor defined explicitly."""
+    for size in range(len(table_path) - 1, 0, -1):
+        ancestor = table_path[:size]
+        if layout.header(ancestor) is not None:
+            return "header", ancestor, layout.header(ancestor)
+        dotted = layout.dotted_entries(ancestor)
+        if dotted:
+            return "dotted", ancestor, dotted
+    return None
+
+
+def _headers_under(layout, table_path):
+    return [e for e in layout.entries if e.is_header and e.path[:len(table_path)] == table_path]
 
 
 def _insert(text, offset, block):
@@ -368,9 +828,9 @@ def _insert_table(text, layout, path, table, after_path=None, comment=None):
     """Insert `[path]` with `table` (and its sub-tables) where a person would put it."""
     step = layout.indent_step()
     blank = _blank_line_style(layout)
-    descendants = [e for e in layout.entries if e.is_header and e.path[:len(path)] == path]
+    descendants = _headers_under(layout, path)
     if after_path is not None and layout.subtree_end(after_path) is not None:
-        anchor = layout.header(after_path) or _first_header_under(layout, after_path)
+        anchor = layout.header(after_path) or _headers_under(layout, after_path)[0]
         offset = layout.subtree_end(after_path)
         indent = anchor.indent + step * max(0, len(path) - len(anchor.path))
     elif descendants:
@@ -388,16 +848,8 @@ def _insert_table(text, layout, path, table, after_path=None, comment=None):
             indent = ancestor.indent + step
         else:
             offset, indent = len(text), ""
-            blank = True
     block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
     return _insert(text, offset, block)
-
-
-def _first_header_under(layout, path):
-    for entry in layout.entries:
-        if entry.is_header and entry.path[:len(path)] == path:
-            return entry
-    return None
 
 
 def _deepest_existing_ancestor(layout, path):
@@ -423,36 +875,12 @@ def _render_table(path, table, indent, step, quote, blank, comment=None):
     lines.append("%s[%s]\n" % (indent, render_path(path, quote)))
     inner = indent + step
     for key, value in table.items():
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or not value:
             lines.append("%s%s = %s\n" % (inner, render_key(key, quote), render_value(value)))
     for key, value in table.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             lines.append(_render_table(path + (key,), value, inner, step, quote, blank))
     return "".join(lines)
-
-
-def _write_runtime(text, runtimes_path, name, existing, desired, source_name, path, comment=None):
-    runtime_path = runtimes_path + (name,)
-    if existing is None:
-        layout = Layout(text)
-        after = runtimes_path + (source_name,) if source_name else None
-        if after is None and layout.subtree_end(runtimes_path) is not None:
-            after = runtimes_path
-        return _insert_table(text, layout, runtime_path, desired, after_path=after, comment=comment)
-    for key_path, value in _leaves(desired):
-        if get_path(existing, key_path) != value:
-            text = _set_in_table(text, runtime_path, key_path, value, path)
-    return text
-
-
-def _set_in_table(text, table_path, key_path, value, path):
-    if Layout(text).header(table_path) is None:
-        raise ConfigError(
-            "%s: runtime table %s is written inline or with dotted keys; this module edits only "
-            "[table] sections. Rewrite it as a [table] section and run again. The file was left unchanged."
-            % (path, render_path(table_path, '"'))
-        )
-    return set_value(text, table_path + key_path, value)
 
 
 def _leaves(data, prefix=()):
@@ -463,15 +891,21 @@ def _leaves(data, prefix=()):
             yield prefix + (key,), value
 
 
-def _remove_table(text, table_path, path):
-    layout = Layout(text)
-    span = layout.subtree_range(table_path)
-    if span is None:
-        raise ConfigError(
-            "%s: runtime %s is not a [table] section (inline or dotted keys); remove it by hand."
-            % (path, table_path[-1])
-        )
-    start, end = span
-    if _blank_line_style(layout) and text[:start].endswith("\n\n"):
-        start -= 1
-    return text[:start] + text[end:]
+class _KeyEdit(object):
+    """Set keys of a file outside a runtime plan (a default in another file, options a drop-in
+    inherits), with the same in-place rules and refusals as the plan itself."""
+
+    _set = _Edit._set
+    _add = _Edit._add
+    _refuse_inline = _Edit._refuse_inline
+
+    def __init__(self, text, path):
+        self.text, self.path, self.expected = text, path, {}
+
+
+def set_value(text, key_path, value, path="config.toml"):
+    """`text` with the key at `key_path` set to `value`: its value replaced in place, or the key added
+    in the style of its table."""
+    edit = _KeyEdit(text, path)
+    edit._set(key_path, value)  # pylint: disable=protected-access
+    return edit.text

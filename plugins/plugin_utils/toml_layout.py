@@ -17,10 +17,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import re
 
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - older controllers
+    tomllib = None
+import tomlkit
+
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_LOCAL_DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
+_TIME_AFTER_SPACE = re.compile(r" \d{2}:\d{2}")
+# Arrays and inline tables nested deeper than this are refused before any parser recurses into them.
+MAX_NESTING = 32
+_NESTING_CHARS = re.compile(r"[\n#\"'\[\]{}]")
 
 
 class Entry(object):
@@ -42,6 +52,10 @@ class Entry(object):
     @property
     def is_header(self):
         return self.kind != "key"
+
+    def column(self):
+        """1-based column of the value (keys) or of the opening bracket (headers)."""
+        return (self.value_start if self.value_start is not None else self.start + len(self.indent)) - self.start + 1
 
     def __repr__(self):
         return "Entry(%s %r line %d)" % (self.kind, self.path, self.line)
@@ -65,6 +79,35 @@ class Layout(object):
             if entry.kind == "key" and entry.path == path:
                 return entry
         return None
+
+    def under(self, path):
+        """Entries whose path lies at or below `path`."""
+        return [e for e in self.entries if e.path[:len(path)] == path]
+
+    def inline_ancestor(self, path):
+        """The key entry whose (inline) value holds `path`, if a proper prefix of it is a key."""
+        for entry in self.entries:
+            if entry.kind == "key" and len(entry.path) < len(path) and path[:len(entry.path)] == entry.path:
+                return entry
+        return None
+
+    def array_ancestor(self, path):
+        """An [[array of tables]] header at or above `path`, if any."""
+        for entry in self.entries:
+            if entry.kind == "array_table" and path[:len(entry.path)] == entry.path:
+                return entry
+        return None
+
+    def dotted_entries(self, table):
+        """Key entries that define `table` through a dotted key (in an ancestor's section)."""
+        return [e for e in self.entries
+                if e.kind == "key" and e.path[:len(table)] == table and len(e.table) < len(table)
+                and len(e.path) > len(table)]
+
+    def section_end(self, header):
+        """Offset past the last entry of a header's own section (its keys), or past the header."""
+        keys = self.section_keys(header)
+        return keys[-1].end if keys else header.end
 
     def section_keys(self, header):
         """Key entries that belong to a header's own section (up to the next header)."""
@@ -93,18 +136,6 @@ class Layout(object):
                 end = entry.end
         return end
 
-    def subtree_range(self, path):
-        """(start, end) offsets of the header `path` and every table under it, or None."""
-        header = self.header(path)
-        if header is None:
-            return None
-        end = header.end
-        for entry in self.entries[self.entries.index(header) + 1:]:
-            if entry.is_header and entry.path[:len(path)] != path:
-                break
-            end = entry.end
-        return header.start, end
-
     def indent_step(self):
         """Indentation added per nesting level of headers (0 for flat files)."""
         headers = [e for e in self.entries if e.is_header]
@@ -129,6 +160,62 @@ class Layout(object):
 
 class ScanError(ValueError):
     pass
+
+
+def nesting_too_deep(text):
+    """(line, column) where arrays/inline tables nest deeper than MAX_NESTING, else None.
+
+    An iterative pass (strings and comments skipped), so that no recursive parser ever sees such input.
+    """
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return None
+    depth, line, line_start, i, length = 0, 1, 0, 0, len(text)
+    while i < length:
+        match = _NESTING_CHARS.search(text, i)
+        if match is None:
+            break
+        i = match.start()
+        char = text[i]
+        if char == "\n":
+            line, line_start = line + 1, i + 1
+        elif char == "#":
+            newline = text.find("\n", i)
+            i = length if newline < 0 else newline
+            continue
+        elif char in "\"'":
+            quote = text[i:i + 3] if text.startswith(char * 3, i) else char
+            end = _string_close(text, i, quote)
+            line += text.count("\n", i, end)
+            if "\n" in text[i:end]:
+                line_start = text.rfind("\n", i, end) + 1
+            i = end
+            continue
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return line, i - line_start + 1
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return None
+
+
+def _string_close(text, pos, quote):
+    """Offset past the string opened by `quote` at pos (or the end of text when unterminated)."""
+    i = pos + len(quote)
+    while i < len(text):
+        if quote[0] == '"' and text[i] == "\\":
+            i += 2
+            continue
+        if text.startswith(quote, i):
+            end = i + len(quote)
+            while len(quote) == 3 and text.startswith(quote[0], end) and end - i < 5:
+                end += 1
+            return end
+        if len(quote) == 1 and text[i] == "\n":
+            return i
+        i += 1
+    return len(text)
 
 
 def _scan(text):
@@ -192,7 +279,7 @@ def _parse_key(text, pos):
         char = text[pos:pos + 1]
         if char == '"':
             end = _string_end(text, pos, '"')
-            parts.append(json.loads(text[pos:end]))
+            parts.append(_decode_string(text[pos:end]))
         elif char == "'":
             end = text.index("'", pos + 1) + 1
             parts.append(text[pos + 1:end - 1])
@@ -206,6 +293,14 @@ def _parse_key(text, pos):
         if text[pos:pos + 1] != ".":
             return tuple(parts), pos
         pos += 1
+
+
+def _decode_string(literal):
+    if "\\" not in literal:
+        return literal[1:-1]
+    if tomllib is not None:
+        return tomllib.loads("k = " + literal)["k"]
+    return tomlkit.parse("k = " + literal)["k"].unwrap()  # pragma: no cover
 
 
 def _string_end(text, pos, quote):
@@ -242,6 +337,13 @@ def _skip_value(text, pos):
         return _string_end(text, pos, char)
     if char in "[{":
         return _skip_container(text, pos)
+    end = _scalar_end(text, pos)
+    if _LOCAL_DATE.match(text, pos, end) and _TIME_AFTER_SPACE.match(text, end):
+        end = _scalar_end(text, end + 1)  # a date-time written with a space: 1979-05-27 07:32:00
+    return end
+
+
+def _scalar_end(text, pos):
     end = pos
     while end < len(text) and text[end] not in " \t\r\n#,]}":
         end += 1

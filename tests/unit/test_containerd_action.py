@@ -267,3 +267,23 @@ def test_absent_with_dropin_gives_back_a_crun_default(action):
     state = {ROOT: added.changes[ROOT], dropin: added.changes[dropin]}
     _files, removed = planned(action, state, CTRD_21, drop_in=dropin, state="absent")
     assert removed.changes == {dropin: None, ROOT: main}
+
+
+def test_unexpected_exception_becomes_a_failure_naming_the_file_without_its_content(action, monkeypatch):
+    """No traceback reaches the user; the message names the file and asks for a bug report."""
+    from ansible.playbook.task import Task
+
+    plugin = action.ActionModule.__new__(action.ActionModule)
+    plugin._task = Task()
+    plugin._task.args = {"path": "/etc/containerd/config.toml"}
+    monkeypatch.setattr(action.ValidatedAction, "run", lambda self, tmp=None, task_vars=None: {})
+
+    def boom(args, task_vars):
+        plugin._edit_path = "/etc/containerd/config.toml"
+        raise KeyError('password = "s3cr3t"')
+    plugin._run = boom
+    result = plugin.run(task_vars={})
+    assert result["failed"] and not result["changed"]
+    assert result["msg"].startswith("/etc/containerd/config.toml: unexpected KeyError")
+    assert "bug" in result["msg"] and "left unchanged" in result["msg"]
+    assert "s3cr3t" not in result["msg"]

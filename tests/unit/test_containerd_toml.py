@@ -207,3 +207,198 @@ def test_containerd_2x_merges_runtimes_so_runc_is_not_written():
     plan = plan_runtime_edit(read("v2-debian-default.toml"), "x", binary=BINARY,
                              containerd_version=V21, effective=DUMP_1X)
     assert "runc" not in runtimes(plan.data, 2)
+
+
+# ---------------------------------------------------------------- styles real tools write (issue 11)
+
+CRI2 = 'plugins."io.containerd.grpc.v1.cri"'
+
+
+def edit(text, **kwargs):
+    kwargs.setdefault("containerd_version", V21)
+    return plan_runtime_edit(text, "/etc/containerd/config.toml", binary=BINARY, **kwargs)
+
+
+def test_top_level_dotted_keys_are_extended_in_the_same_style():
+    text = 'version = 2\n%s.containerd.default_runtime_name = "runc"\n' % CRI2
+    plan = edit(text, set_as_default=True)
+    assert plan.text.startswith("version = 2\n")
+    assert '%s.containerd.runtimes.nvidia.options.BinaryName = "%s"\n' % (CRI2, BINARY) in plan.text
+    assert "[" not in plan.text.replace('"', "")  # no [table] header was introduced
+    assert edit(plan.text, set_as_default=True).text == plan.text
+    assert edit(plan.text, state="absent").text == text
+
+
+def test_dotted_runtime_keys_inside_a_table_are_extended_beside_the_source():
+    text = ('version = 2\n[%s]\n  containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
+            "  containerd.runtimes.runc.options.SystemdCgroup = true\n  sandbox_image = \"pause:3.9\"\n" % CRI2)
+    plan = edit(text)
+    assert plan.text == text.replace(
+        "SystemdCgroup = true\n",
+        'SystemdCgroup = true\n  containerd.runtimes.nvidia.runtime_type = "io.containerd.runc.v2"\n'
+        "  containerd.runtimes.nvidia.options.SystemdCgroup = true\n"
+        '  containerd.runtimes.nvidia.options.BinaryName = "%s"\n' % BINARY)
+    assert edit(plan.text, state="absent").text == text
+
+
+def test_inline_runtime_is_added_as_one_more_inline_line():
+    text = ('version = 2\n[%s.containerd.runtimes]\n'
+            '  runc = { runtime_type = "io.containerd.runc.v2", options = { SystemdCgroup = true } }\n' % CRI2)
+    plan = edit(text)
+    assert plan.text == text + ('  nvidia = { runtime_type = "io.containerd.runc.v2", options = { SystemdCgroup = true, '
+                                'BinaryName = "%s" } }\n' % BINARY)
+    assert edit(plan.text, state="absent").text == text
+
+
+def test_inline_runtimes_map_is_refused_with_its_position_and_what_to_do():
+    text = 'version = 2\n[%s.containerd]\n  runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }\n' % CRI2
+    with pytest.raises(ConfigError) as err:
+        edit(text)
+    message = str(err.value)
+    assert message.startswith("/etc/containerd/config.toml: line 3, column 14: ")
+    assert "is written as an inline table" in message and "section" in message and "left unchanged" in message
+    assert "fix the TOML" not in message
+
+
+def test_array_of_tables_on_the_path_is_refused_with_its_position():
+    text = 'version = 2\n[[%s.containerd.runtimes]]\n  runtime_type = "x"\n' % CRI2
+    with pytest.raises(ConfigError, match=r"config.toml: line 2, column 1: .*must be a table \(it is an array of tables\)"):
+        edit(text)
+
+
+def test_other_types_pass_through_untouched():
+    text = ('version = 2\nstarted = 1979-05-27 07:32:00-07:00\nday = 1979-05-27\nat = 07:32:00\nratio = nan\n'
+            "big = inf\n[timeouts]\n  \"io.containerd.timeout.shim.cleanup\" = \"5s\"\n  'odd key' = '''\nmulti\nline'''\n"
+            "[%s.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n  pod_annotations = [\n"
+            '    "a",  # first\n    "b",\n  ]\n  note = """\n  spans\n  lines"""\n' % CRI2)
+    plan = edit(text)
+    assert not removed_lines(text, plan.text)
+    assert plan.text.startswith(text)
+    assert edit(plan.text, state="absent").text == text
+
+
+@pytest.mark.parametrize("prefix,newline", [("", "\r\n"), ("\ufeff", "\n"), ("\ufeff", "\r\n")])
+def test_crlf_and_bom_are_kept(prefix, newline):
+    text = prefix + read("v2-commented.toml").replace("\n", newline)
+    plan = edit(text, set_as_default=True, cdi=True)
+    assert plan.text.startswith(prefix + "#") and plan.text.count("\r\n") == (
+        plan.text.count("\n") if newline == "\r\n" else 0)
+    assert edit(plan.text, set_as_default=True, cdi=True).text == plan.text
+    restored = edit(plan.text, state="absent")
+    assert removed_lines(text, restored.text) == []
+
+
+@pytest.mark.parametrize("text", ["a = " + "[" * 5000 + "]" * 5000 + "\n",
+                                  "a = " + "{ b = " * 3000 + "1" + " }" * 3000 + "\n",
+                                  "[" + ".".join(["t"] * 3000) + "]\n"])
+def test_deep_nesting_is_refused_cleanly(text):
+    with pytest.raises(ConfigError, match=r"config.toml: .*(nested|nests) .*deep.*left unchanged"):
+        edit(text)
+
+
+def test_v1_default_runtime_table_is_the_source_runtime():
+    text = ("[plugins.cri.containerd.default_runtime]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+            "  [plugins.cri.containerd.default_runtime.options]\n    SystemdCgroup = true\n")
+    plan = edit(text, containerd_version=V16)
+    assert plan.source_runtime == "default_runtime"
+    assert runtimes(plan.data, 1)["nvidia"]["options"] == {"SystemdCgroup": True, "BinaryName": BINARY}
+    assert "runc" not in runtimes(plan.data, 1)  # containerd 1.x keeps `default_runtime` as the default
+    with pytest.raises(ConfigError, match=r"line 1, column 1: .*deprecated `default_runtime` table"):
+        edit(text, containerd_version=V16, set_as_default=True)
+
+
+def test_absent_gives_back_a_custom_shim_that_was_the_only_runtime_and_default():
+    text = ('version = 2\n[%s.containerd]\n  default_runtime_name = "shim"\n[%s.containerd.runtimes.shim]\n'
+            '  runtime_type = "io.containerd.shim.v1"\n' % (CRI2, CRI2))
+    added = edit(text, set_as_default=True)
+    assert "# gpunode.nvidia" not in added.text  # derivable: nvidia copies shim
+    removed = edit(added.text, state="absent")
+    assert removed.text == text and removed.default_runtime == "shim"
+
+
+def test_absent_gives_back_containerds_builtin_default_in_a_v3_file_defining_only_crun():
+    text = ("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.crun]\n"
+            "  runtime_type = 'io.containerd.runc.v2'\n  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes"
+            ".crun.options]\n    BinaryName = '/usr/bin/crun'\n")
+    added = edit(text, set_as_default=True)
+    assert added.source_runtime == "runc"  # containerd's built-in default, not the file's only runtime
+    removed = edit(added.text, state="absent")
+    assert "default_runtime_name" not in removed.text
+    assert _pruned(removed.data) == _pruned(parse(text, "x"))
+
+
+def test_absent_restores_an_explicit_runc_default_without_a_runc_table():
+    text = 'version = 2\n[%s.containerd]\n  default_runtime_name = "runc"\n' % CRI2
+    added = edit(text, set_as_default=True)
+    assert '# gpunode.nvidia: default_runtime_name was "runc"' in added.text
+    assert edit(added.text, state="absent").text == text
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "\ufeff", "\r\n# c\r\n"])
+def test_absent_on_empty_or_comment_only_file_writes_nothing(text):
+    plan = edit(text, state="absent")
+    assert plan.text == text and not plan.changed
+
+
+def test_second_run_keeps_the_source_runtime_when_crun_and_runc_disagree():
+    text = ('version = 2\n[%s.containerd]\n  default_runtime_name = "crun"\n'
+            '[%s.containerd.runtimes.crun]\n  runtime_type = "io.containerd.runc.v2"\n'
+            '  [%s.containerd.runtimes.crun.options]\n    SystemdCgroup = true\n    BinaryName = "/usr/bin/crun"\n'
+            '[%s.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
+            '  [%s.containerd.runtimes.runc.options]\n    SystemdCgroup = false\n' % ((CRI2,) * 5))
+    first = edit(text, set_as_default=True)
+    second = edit(first.text, set_as_default=True)
+    assert first.source_runtime == second.source_runtime == "crun"
+    assert second.text == first.text
+    assert runtimes(second.data, 2)["nvidia"]["options"]["SystemdCgroup"] is True
+    assert edit(first.text, state="absent").text == text
+
+
+MIXED = ('version = 2\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "crun"\n'
+         '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]\n  runtime_type = "io.containerd.runc.v2"\n'
+         '  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun.options]\n    SystemdCgroup = true\n')
+
+
+def test_version_2_file_with_cri_v1_tables_is_edited_where_containerd_2_reads():
+    plan = edit(MIXED, set_as_default=True)
+    assert plan.cri_plugin == "io.containerd.cri.v1.runtime" and plan.source_runtime == "crun"
+    assert plan.data["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"]["options"] == {
+        "SystemdCgroup": True, "BinaryName": BINARY}
+
+
+@pytest.mark.parametrize("version,expected", [(V16, r"line 2, column 1: .*which containerd 1.6.20 ignores"),
+                                               (None, r"line 2, column 1: .*version is unknown")])
+def test_version_2_file_with_cri_v1_tables_is_refused_where_no_reader_is_known(version, expected):
+    with pytest.raises(ConfigError, match=expected):
+        edit(MIXED, containerd_version=version)
+
+
+def test_editor_mistakes_become_refusals_not_writes(monkeypatch):
+    from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_toml
+    monkeypatch.setattr(containerd_toml, "_render_keys", lambda *a: "oops = 1\n")
+    monkeypatch.setattr(containerd_toml, "_insert_table", lambda text, *a, **k: text + "oops = 1\n")
+    with pytest.raises(ConfigError, match="could not edit this file in place.*This is a bug"):
+        edit(read("v2-commented.toml"))
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('version = 2\nplugins = { "io.containerd.grpc.v1.cri" = 5 }\n',
+     r"line 2, column 11: plugins.\"io.containerd.grpc.v1.cri\" must be a table \(it is an integer\)"),
+    ('version = 2\n[%s.containerd]\ndefault_runtime_name = 3\n' % CRI2,
+     r"line 3, column 24: default_runtime_name must be a string naming a runtime, not an integer"),
+    ('version = 2\n[%s.containerd.runtimes.runc]\noptions = "x"\n' % CRI2,
+     r"line 3, column 11: .*runtimes.runc.options must be a table \(it is a string\)"),
+])
+def test_valid_toml_of_the_wrong_type_is_refused_with_its_position(text, expected):
+    with pytest.raises(ConfigError, match=expected) as err:
+        edit(text)
+    assert "fix the TOML" not in str(err.value) and "left unchanged" in str(err.value)
+
+
+def test_runtime_appended_at_the_end_is_removed_without_leftover_blank_lines():
+    """Found by the fuzz profile: a file whose CRI runtime tables start at its end."""
+    text = ('[plugins."io.containerd.cri.v1.runtime".containerd.default_runtime]\r\nruntime_type = "io.containerd.runc.v2"'
+            '\r\n[plugins."io.containerd.example.v1.things"]\r\n[[plugins."io.containerd.example.v1.things".items]]\r\n'
+            'name = "b"')
+    added = edit(text)
+    assert edit(added.text, state="absent").text == text + "\r\n"
