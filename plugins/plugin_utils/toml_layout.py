@@ -23,7 +23,10 @@ try:
     import tomllib
 except ImportError:  # pragma: no cover - older controllers
     tomllib = None
-import tomlkit
+try:
+    import tomlkit
+except ImportError:  # containerd_toml.require_tomlkit() reports it before any scan
+    tomlkit = None
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _LOCAL_DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
