@@ -26,4 +26,3 @@ def test_unexpected_exception_is_a_failure_naming_the_file(capsys, tmp_path, mon
     assert result["msg"].startswith("%s: unexpected ValueError" % path)
     assert "bug" in result["msg"] and "s3cr3t" not in result["msg"]
     assert path.read_text() == 'password = "s3cr3t"\n'
-

@@ -36,8 +36,8 @@ except ImportError:  # pragma: no cover
 pytestmark = pytest.mark.skipif(tomllib is None, reason="the generators check their output with tomllib")
 
 HERE = os.path.dirname(__file__)
-CORPUS = [os.path.join(HERE, "corpus", "containerd", n) for n in sorted(os.listdir(os.path.join(HERE, "corpus",
-                                                                                                  "containerd")))]
+CORPUS_DIR = os.path.join(HERE, "corpus", "containerd")
+CORPUS = [os.path.join(CORPUS_DIR, n) for n in sorted(os.listdir(CORPUS_DIR))]
 BAD_CORPUS = [os.path.join(HERE, "corpus", "containerd-bad", n)
               for n in sorted(os.listdir(os.path.join(HERE, "corpus", "containerd-bad")))]
 BINARY = "/usr/bin/nvidia-container-runtime"
@@ -271,8 +271,8 @@ def render(doc, style):
                 continue
             lines.extend(comment())
             trailing = "  # trailing" if style.comments and style.draw(st.booleans()) else ""
-            lines.append("%s%s%s%s" % (".".join(key(p, style.quote) for p in prefix + (k,)), style.spaces,
-                                        value(v, style), trailing))
+            dotted = ".".join(key(p, style.quote) for p in prefix + (k,))
+            lines.append("%s%s%s%s" % (dotted, style.spaces, value(v, style), trailing))
         for k, v in nested:
             child = path + (k,)
             if isinstance(v, list):  # array of tables
@@ -343,7 +343,7 @@ def _same(a, b):
 def mutated_corpus(draw):
     text = read(draw(st.sampled_from(CORPUS)))
     lines = text.splitlines(True)
-    for _ in range(draw(st.integers(0, 4))):
+    for _index in range(draw(st.integers(0, 4))):
         where = draw(st.integers(0, len(lines)))
         lines.insert(where, draw(st.sampled_from(["\n", "# a comment\n", "   \n", "# [fake.header]\n"])))
     text = "".join(lines)
@@ -364,7 +364,7 @@ def mutated_corpus(draw):
 def garbled(draw):
     """Arbitrary damage to valid files: the editor must still raise nothing but ConfigError."""
     text = draw(st.one_of(rendered(), st.sampled_from([read(p) for p in CORPUS + BAD_CORPUS])))
-    for _ in range(draw(st.integers(1, 4))):
+    for _index in range(draw(st.integers(1, 4))):
         where = draw(st.integers(0, len(text)))
         if draw(st.booleans()):
             text = text[:where] + text[where + draw(st.integers(1, 8)):]
@@ -446,7 +446,7 @@ def _normal(data):
 def removed_line_numbers(before, after):
     """1-based numbers of the lines of `before` missing from `after` (a last line may gain its newline)."""
     matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False)
-    return [number + 1 for tag, start, end, _, _ in matcher.get_opcodes() if tag in ("replace", "delete")
+    return [number + 1 for tag, start, end, _new_start, _new_end in matcher.get_opcodes() if tag in ("replace", "delete")
             for number in range(start, end)]
 
 

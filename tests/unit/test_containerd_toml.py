@@ -366,8 +366,9 @@ def test_version_2_file_with_cri_v1_tables_is_edited_where_containerd_2_reads():
         "SystemdCgroup": True, "BinaryName": BINARY}
 
 
-@pytest.mark.parametrize("version,expected", [(V16, r"line 2, column 1: .*which containerd 1.6.20 ignores"),
-                                               (None, r"line 2, column 1: .*version is unknown")])
+@pytest.mark.parametrize("version,expected", [
+    (V16, r"line 2, column 1: .*which containerd 1.6.20 ignores"),
+    (None, r"line 2, column 1: .*version is unknown")])
 def test_version_2_file_with_cri_v1_tables_is_refused_where_no_reader_is_known(version, expected):
     with pytest.raises(ConfigError, match=expected):
         edit(MIXED, containerd_version=version)
