@@ -24,7 +24,7 @@ fi
 export ANSIBLE_CONFIG=$repo/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$repo/.cache/collections
 export PATH=$repo/$venv/bin:$PATH
 start=$(date +%s)
-"$venv/bin/ansible" --version | head -1
+"$venv/bin/ansible" --version | sed -n 1p  # sed reads it all: head would break the pipe
 # One integration path: the containerd editor (action plugin + node module) against a real containerd 2.1,
 # then a CRI sandbox through the new runtime.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit \

@@ -27,9 +27,10 @@ def ansible_doc(kind, names):
 
 
 def sections(stdout, kind):
-    """{name: its rendered text} from ansible-doc's output for several names."""
-    parts = re.split(r"^> %s:? \*?gpunode\.nvidia\.(\w+)\*?" % kind.upper(), stdout, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    """{name: its rendered text} from ansible-doc's output for several names. Headers read
+    `> MODULE gpunode.nvidia.x` (ansible-core 2.17+) or `> GPUNODE.NVIDIA.X` (2.16)."""
+    parts = re.split(r"^> (?:%s:? \*?)?gpunode\.nvidia\.(\w+)\*?" % kind.upper(), stdout, flags=re.M | re.I)
+    return dict((name.lower(), text) for name, text in zip(parts[1::2], parts[2::2]))
 
 
 @pytest.fixture(scope="module")
