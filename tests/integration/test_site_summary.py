@@ -11,7 +11,8 @@ import sys
 from ansible_runner import REPO
 
 PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site_summary", "nodes.yml")
-STAGES = ("gpunode_driver_stage", "gpunode_toolkit_stage", "gpunode_runtime_stage", "gpunode_verify_stage")
+STAGES = ("gpunode_driver_stage", "gpunode_toolkit_stage", "gpunode_services_stage", "gpunode_runtime_stage",
+          "gpunode_verify_stage")
 
 
 def run_site(tmp_path):
@@ -29,7 +30,7 @@ def run_site(tmp_path):
 
 def test_a_stage_switched_off_costs_one_line_per_host(tmp_path):
     output = run_site(tmp_path)
-    for task in ("Driver stage", "Toolkit stage", "Runtime stage", "Verify stage"):
+    for task in ("Driver stage", "Toolkit stage", "Node services stage", "Runtime stage", "Verify stage"):
         block = output.split("TASK [%s]" % task)[1].split("TASK [")[0].split("PLAY [")[0].splitlines()
         results = [line for line in block[1:] if line.strip()]
         assert results == ["skipping: [node-a]", "skipping: [node-b]"], block
