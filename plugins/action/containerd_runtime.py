@@ -18,26 +18,14 @@ import posixpath
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+# One argument spec, documented with the module: the action validates with it before anything runs.
+from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime import ARGUMENT_SPEC
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     INHERITED_KEYS, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
 
-ARGUMENT_SPEC = dict(
-    path=dict(type="path"),
-    name=dict(type="str", default="nvidia"),
-    binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
-    set_as_default=dict(type="bool", default=False),
-    cdi=dict(type="bool", default=False),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    containerd_binary=dict(type="str", default="containerd"),
-    validate=dict(type="bool", default=True),
-    backup=dict(type="bool", default=False),
-    allow_missing_binary=dict(type="bool", default=False),
-    allow_path_mismatch=dict(type="bool", default=False),
-    drop_in=dict(type="path"),
-)
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
 DEFAULT_PATH = "/etc/containerd/config.toml"

@@ -144,13 +144,14 @@ class Node(object):
 
 
 def run_command(argv, timeout=5):
+    """(rc, stdout, stderr) of argv; a missing binary is rc 127, a hang rc 124."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return 124, "", "timed out"
+        return 124, "", "timed out after %ss" % timeout
     except (OSError, ValueError) as exc:
         return 127, "", str(exc)
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")

@@ -27,7 +27,8 @@ __metaclass__ = type
 
 import os
 import re
-import subprocess
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import run_command
 
 NVIDIA_VENDOR = "0x10de"
 NVSWITCH_CLASS = "0x0680"  # PCI "other bridge": how NVSwitch devices enumerate
@@ -53,17 +54,8 @@ DRIVER_VERSION = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")
 
 
 def default_runner(argv, timeout=120):
-    """(rc, stdout, stderr) of argv; a missing binary is rc 127, a hang rc 124."""
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return 124, "", "timed out after %ss" % timeout
-    except (OSError, ValueError) as exc:
-        return 127, "", str(exc)
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    """(rc, stdout, stderr) of argv; systemctl restarts may take a while, hence the longer timeout."""
+    return run_command(argv, timeout=timeout)
 
 
 # --- reading the node ---------------------------------------------------------------------------
