@@ -23,15 +23,19 @@ MIXED = ('version = 2\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  de
          '    BinaryName = "/usr/bin/crun"\n    SystemdCgroup = true\n')
 CRI2 = 'plugins."io.containerd.grpc.v1.cri"'
 STYLES = {
-    "dotted-top-level": 'version = 2\n%s.containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
-                        '%s.containerd.runtimes.runc.options.SystemdCgroup = true\n' % (CRI2, CRI2),
-    "dotted-in-table": 'version = 2\n[%s]\n  containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
-                       "  containerd.runtimes.runc.options.SystemdCgroup = true\n" % CRI2,
-    "inline-runtime": ('version = 2\n[%s.containerd.runtimes]\n  runc = { runtime_type = "io.containerd.runc.v2", '
-                       "options = { SystemdCgroup = true } }\n" % CRI2),
-    "crlf": ('version = 2\n[%s.containerd]\n  default_runtime_name = "runc"\n[%s.containerd.runtimes.runc]\n'
-             '  runtime_type = "io.containerd.runc.v2"\n  [%s.containerd.runtimes.runc.options]\n'
-             "    SystemdCgroup = true\n" % (CRI2, CRI2, CRI2)).replace("\n", "\r\n"),
+    "dotted-top-level": (
+        'version = 2\n%s.containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
+        '%s.containerd.runtimes.runc.options.SystemdCgroup = true\n' % (CRI2, CRI2)),
+    "dotted-in-table": (
+        'version = 2\n[%s]\n  containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
+        "  containerd.runtimes.runc.options.SystemdCgroup = true\n" % CRI2),
+    "inline-runtime": (
+        'version = 2\n[%s.containerd.runtimes]\n  runc = { runtime_type = "io.containerd.runc.v2", '
+        "options = { SystemdCgroup = true } }\n" % CRI2),
+    "crlf": (
+        'version = 2\n[%s.containerd]\n  default_runtime_name = "runc"\n[%s.containerd.runtimes.runc]\n'
+        '  runtime_type = "io.containerd.runc.v2"\n  [%s.containerd.runtimes.runc.options]\n'
+        "    SystemdCgroup = true\n" % (CRI2, CRI2, CRI2)).replace("\n", "\r\n"),
 }
 
 
