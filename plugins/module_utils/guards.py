@@ -7,7 +7,8 @@
   (CVE-2025-23266 affects the NVIDIA container toolkit up to 1.17.7) unless the operator opts out.
 * ``kernel_hold_packages`` / ``kernel_release_decision``: the kernel is held (apt-mark hold, dnf
   versionlock) so the NVIDIA module keeps matching it, and released only when the module exists for
-  the kernel an upgrade would install (a prebuilt module package, or a DKMS build that succeeded).
+  the kernel an upgrade would install (a prebuilt module package, or DKMS listing the module as
+  installed for it, built now if needed).
 * ``transitional_jumps``: an Ubuntu package named for one driver branch that is now a transitional
   package depending on another branch's (Ubuntu does this when a branch reaches its end of life)
   would move the node to that branch silently; it is refused.
@@ -30,6 +31,9 @@ BRANCH_PACKAGE = re.compile(r"^(?:nvidia-(?:driver|headless|headless-no-dkms|uti
                             r"-(\d{3})\b")
 KERNEL_META_APT = re.compile(r"^linux-(?:image|headers|modules|generic|virtual|aws|azure|gcp|oracle|kvm|lowlatency|"
                              r"hwe)(?:-[a-z][a-z0-9.]*)*$")
+# A `dkms status` line of the NVIDIA driver's module built for a kernel, dkms 3 ("nvidia-current/535.261.03,
+# 6.1.0-40-amd64, x86_64: installed") and dkms 2 ("nvidia, 535.261.03, ..."); nvidia-fs is GPUDirect Storage's.
+DKMS_STATUS_LINE = re.compile(r"^nvidia(?!-fs\b)[\w.+-]*(?:/|,\s*)[^,\s]+,\s*([^,\s]+),\s*[^:,]+:\s*installed")
 KERNEL_RPM = ("kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "kernel-modules-extra",
               "kernel-devel", "kernel-headers")
 
@@ -119,12 +123,26 @@ def candidate_kernel_rpm(list_text):
     return sorted(found, key=version_key)[-1] if found else None
 
 
-def kernel_release_decision(candidate, running, module_path, prebuilt_available=None, dkms_result=None):
+def dkms_module_installed(status_text, kernel):
+    """Whether `dkms status -k KERNEL` lists the NVIDIA module as installed for that kernel."""
+    for line in (status_text or "").splitlines():
+        match = DKMS_STATUS_LINE.match(line.strip())
+        if match and match.group(1) == kernel:
+            return True
+    return False
+
+
+def kernel_release_decision(candidate, running, module_path, prebuilt_available=None, dkms_result=None,
+                            dkms_installed=False, check_mode=False):
     """{ok, reason}: may the kernel hold be released?
 
     module_path: 'prebuilt' (Ubuntu's linux-modules-nvidia packages) or 'dkms' (or 'kmod', 'run').
     prebuilt_available: whether the prebuilt module package exists for the candidate kernel.
-    dkms_result: (rc, output) of the DKMS build for the candidate kernel, None when it was not tried."""
+    dkms_result: (rc, output) of the DKMS build for the candidate kernel, None when it was not tried.
+    dkms_installed: whether `dkms status` lists the NVIDIA module for the candidate kernel (before or after
+    the build): `dkms autoinstall` exits 0 when it skips a module (BUILD_EXCLUSIVE_KERNEL), so its exit
+    status alone proves nothing.
+    check_mode: the build was not tried because nothing may change."""
     if not candidate or candidate == running:
         return {"ok": True, "reason": "no newer kernel is available: releasing the hold changes nothing now"}
     if module_path == "prebuilt":
@@ -134,12 +152,21 @@ def kernel_release_decision(candidate, running, module_path, prebuilt_available=
                 "upgrade now would boot a kernel without the GPU driver. The kernel stays held; retry when the "
                 "archive carries linux-modules-nvidia for it." % candidate}
     if module_path == "dkms":
+        if dkms_installed:
+            return {"ok": True, "reason": "the NVIDIA DKMS module is installed for kernel %s" % candidate}
         if dkms_result is None:
+            if check_mode:
+                return {"ok": True, "reason": "check mode: the headers of kernel %s would be installed and the "
+                        "NVIDIA DKMS module built for it; the kernel is released only if that succeeds" % candidate}
             return {"ok": False, "reason": "the DKMS build for kernel %s was not tried; the kernel stays held"
                     % candidate}
         rc, output = dkms_result
         if rc == 0:
-            return {"ok": True, "reason": "the NVIDIA DKMS module builds for kernel %s" % candidate}
+            return {"ok": False, "reason": "dkms autoinstall -k %s ended without an error, but DKMS lists no NVIDIA "
+                    "module installed for that kernel (dkms status -k %s): %s. The module's dkms.conf excludes "
+                    "the kernel (BUILD_EXCLUSIVE_KERNEL: this driver does not support it) or no NVIDIA module is "
+                    "registered with DKMS. The kernel stays held; install a driver that supports kernel %s first."
+                    % (candidate, candidate, (output or "no output").strip()[-400:], candidate)}
         return {"ok": False, "reason": "the NVIDIA DKMS module does not build for kernel %s (rc %s): %s. The "
                 "kernel stays held; an upgrade would boot it without the GPU driver."
                 % (candidate, rc, (output or "").strip()[-400:])}

@@ -19,9 +19,10 @@ description:
   - O(check=kernel) holds the kernel (O(kernel_hold=hold)), with C(apt-mark hold) of the installed kernel
     metapackages or C(dnf versionlock add) of the kernel packages, so the NVIDIA module keeps matching it; or
     releases it (O(kernel_hold=release)) only when the NVIDIA module exists for the kernel an upgrade would
-    install, a prebuilt module package (Ubuntu's C(linux-modules-nvidia-BRANCH-KERNEL)) or a DKMS build for that
-    kernel (its headers are installed, then C(dkms autoinstall -k KERNEL)). Otherwise the kernel stays held
-    and the task fails with why.
+    install, a prebuilt module package (Ubuntu's C(linux-modules-nvidia-BRANCH-KERNEL)) or the DKMS module
+    listed as installed for that kernel by C(dkms status -k KERNEL), built first when it is not (its headers
+    are installed, then C(dkms autoinstall -k KERNEL); its exit status alone is not trusted, it is 0 when
+    a C(BUILD_EXCLUSIVE_KERNEL) skips the module). Otherwise the kernel stays held and the task fails with why.
   - O(check=transitional) reads C(apt-cache show) of the packages about to be installed and fails when one named
     for the requested driver branch depends on another branch's packages (Ubuntu turns the packages of a branch
     at its end of life into transitional packages of a newer one).
@@ -84,7 +85,8 @@ options:
     elements: str
     default: []
 notes:
-  - Supports check mode; the kernel hold and release are then only reported, and no DKMS build runs.
+  - Supports check mode; the kernel hold and release are then only reported, and no headers are installed and
+    no DKMS build runs (a release that needs one is reported as it would be tried).
 seealso:
   - module: gpunode.nvidia.nvidia_driver_plan
 """
@@ -147,6 +149,8 @@ operator_toolkit:
   elements: str
 """
 
+import functools
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import guards, node_services
@@ -173,7 +177,8 @@ def toolkit(module):
 def installed_names(module):
     if module.params["package_manager"] == "apt":
         out = run(module, ["dpkg-query", "-W", "-f", "${Package} ${db:Status-Abbrev}\n"], check_rc=True)[1]
-        return [line.split()[0] for line in out.splitlines() if len(line.split()) > 1 and line.split()[1][:2] == "ii"]
+        # "ii" installed, "hi" installed and held: the second letter is the package's state
+        return [line.split()[0] for line in out.splitlines() if len(line.split()) > 1 and line.split()[1][1:2] == "i"]
     out = run(module, ["rpm", "-qa", "--qf", "%{NAME}\n"], check_rc=True)[1]
     return out.split()
 
@@ -205,26 +210,40 @@ def set_hold(module, names, hold):
             check_rc=True)
 
 
+def dkms_installed(module, dkms, kernel):
+    rc, out, _err = run(module, [dkms, "status", "-k", kernel])
+    return rc == 0 and guards.dkms_module_installed(out, kernel)
+
+
 def release_allowed(module, candidate):
+    """(decision, changed): changed when kernel headers were installed or DKMS built for the candidate."""
     params = module.params
+    decide = functools.partial(guards.kernel_release_decision, candidate, params["running_kernel"],
+                               params["module_path"])
     if params["module_path"] == "prebuilt" and candidate:
         name = "linux-modules-nvidia-%s%s-%s" % (params["branch"], "-server-open" if params["flavour"] == "open"
                                                  else "-server", candidate)
         rc, out, _err = run(module, ["apt-cache", "show", name])
-        return guards.kernel_release_decision(candidate, params["running_kernel"], "prebuilt",
-                                              prebuilt_available=rc == 0 and bool(out.strip()))
-    dkms_result = None
-    if params["module_path"] == "dkms" and candidate and candidate != params["running_kernel"] \
-            and not module.check_mode:
-        headers = ("linux-headers-" if params["package_manager"] == "apt" else "kernel-devel-") + candidate
-        installer = (["apt-get", "install", "-y", "--no-install-recommends"] if params["package_manager"] == "apt"
-                     else [params["package_manager"], "install", "-y"])
-        rc, out, err = run(module, installer + [headers])
-        if rc == 0:
-            rc, out, err = run(module, ["dkms", "autoinstall", "-k", candidate])
-        dkms_result = (rc, err or out)
-    return guards.kernel_release_decision(candidate, params["running_kernel"], params["module_path"],
-                                          dkms_result=dkms_result)
+        return decide(prebuilt_available=rc == 0 and bool(out.strip())), False
+    if params["module_path"] != "dkms" or not candidate or candidate == params["running_kernel"]:
+        return decide(), False
+    dkms = module.get_bin_path("dkms")
+    if not dkms:
+        return decide(dkms_result=(127, "there is no dkms command on this node")), False
+    if dkms_installed(module, dkms, candidate):
+        return decide(dkms_installed=True), False
+    if module.check_mode:
+        return decide(check_mode=True), False
+    headers = ("linux-headers-" if params["package_manager"] == "apt" else "kernel-devel-") + candidate
+    installer = (["apt-get", "install", "-y", "--no-install-recommends"] if params["package_manager"] == "apt"
+                 else [params["package_manager"], "install", "-y"])
+    rc, out, err = run(module, installer + [headers])
+    if rc != 0:
+        return decide(dkms_result=(rc, err or out)), False
+    # autoinstall exits 0 when it skips a module (BUILD_EXCLUSIVE_KERNEL): dkms status has the last word.
+    rc, out, err = run(module, [dkms, "autoinstall", "-k", candidate])
+    output = "\n".join(part.strip() for part in (out, err) if part.strip())
+    return decide(dkms_result=(rc, output), dkms_installed=rc == 0 and dkms_installed(module, dkms, candidate)), True
 
 
 def kernel(module):
@@ -243,9 +262,9 @@ def kernel(module):
     if not holding:
         result.update(held=before, msg="the kernel is not held")
         return result
-    decision = release_allowed(module, candidate)
+    decision, built = release_allowed(module, candidate)
     if not decision["ok"]:
-        result.update(ok=False, held=before, msg=decision["reason"])
+        result.update(ok=False, held=before, msg=decision["reason"], changed=built)
         return result
     if not module.check_mode:
         set_hold(module, holding, False)

@@ -23,6 +23,13 @@
 #       non-free, nvidia-open-kernel-dkms in contrib, firmware-nvidia-gsp in non-free-firmware) at
 #       535.261.03-1 and 550.163.01-1, plus a 535.309.01-0+deb12u1 update of the non-free ones
 #       only, as Debian 12 has it (the open module stays at 535.261.03).
+#   debian/dists/bookworm/main/   the kernel guard's packages: linux-image-amd64 and linux-headers-amd64
+#       at 6.1.190-1 (kernel 6.1.0-90-amd64) and 6.1.191-1 (kernel 6.1.0-91-amd64), both kernels'
+#       linux-image-KERNEL and linux-headers-KERNEL (its /lib/modules/KERNEL/build link), and dkms
+#       (tests/testbed/stand-ins/dkms). No Debian kernel has these ABI numbers: nothing real is shadowed.
+#   cuda/repos/debian12/x86_64/   flat repository like NVIDIA's CUDA one, signed like the others:
+#       nvidia-fabricmanager-535 at 535.261.03-1 (the Debian driver's version) and 535.309.01-1
+#       (tests/testbed/stand-ins/nv-fabricmanager and its unit nvidia-fabricmanager.service), nvlsm.
 #   offline/toolkit/, offline/driver/         the same .deb files in plain directories
 #       (offline mode: install from a local directory of packages).
 #
@@ -30,7 +37,8 @@
 # nvidia-container-runtime (records its call, execs runc), nvidia-ctk is
 # tests/testbed/stand-ins/nvidia-ctk (--version, cdi generate), nvidia-container-cli is
 # coreutils' `true` (bookworm build) or `env` (sid build), the kernel module packages hold
-# no module and build nothing. Package names, versions and dependencies follow NVIDIA's
+# no module and build nothing, the kernel packages hold no kernel, nv-fabricmanager is
+# tests/testbed/stand-ins/nv-fabricmanager (prints its version, then sleeps). Package names, versions and dependencies follow NVIDIA's
 # and Debian's packages, so apt resolves them as it would the real ones.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +49,8 @@ for tool in dpkg-deb apt-ftparchive gpg; do
   command -v "$tool" >/dev/null || { echo "nvidia-repo.sh: $tool is missing (apt-get install apt-utils gnupg dpkg)" >&2; exit 1; }
 done
 
-inputs=$(cat "$0" "$here/stand-ins/nvidia-container-runtime" "$here/stand-ins/nvidia-ctk" | sha256sum | cut -d' ' -f1)
+inputs=$(cat "$0" "$here/stand-ins/nvidia-container-runtime" "$here/stand-ins/nvidia-ctk" "$here/stand-ins/dkms" \
+  "$here/stand-ins/nv-fabricmanager" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$inputs" ]; then
   exit 0
 fi
@@ -93,7 +102,11 @@ mkdeb() {
       =*) ln -s "${src#=}" "$root$target" ;;
       *) cp "$src" "$root$target" ;;
     esac
-    [ -L "$root$target" ] || chmod 0755 "$root$target"
+    [ -L "$root$target" ] && continue
+    case "$target" in  # data is not executable (systemd warns about executable unit files)
+      /lib/systemd/*|/lib/modules/*|/usr/share/*|/boot/*) chmod 0644 "$root$target" ;;
+      *) chmod 0755 "$root$target" ;;
+    esac
   done
   {
     echo "Package: $name"
@@ -151,10 +164,37 @@ exit 9"
     "@stand-in open kernel module source $upstream (no dkms.conf: nothing is built):/usr/src/nvidia-current-open-$upstream/STAND-IN"
 }
 
-flat_repo() {  # DIR: Packages, Release, InRelease for a repository with suite "/"
+kernel_packages() {  # POOL ABI METAVERSION: one kernel's image and headers, and the metapackages naming it
+  local pool=$1 abi=$2 meta=$3
+  mkdeb "$pool" "linux-image-$abi" "$meta" amd64 "" \
+    "@STAND-IN kernel image $abi (no kernel):/boot/vmlinuz-$abi" \
+    "@STAND-IN modules of $abi:/lib/modules/$abi/STAND-IN"
+  mkdeb "$pool" "linux-headers-$abi" "$meta" amd64 "" \
+    "@STAND-IN headers of $abi (nothing to compile against):/usr/src/linux-headers-$abi/STAND-IN" \
+    "=/usr/src/linux-headers-$abi:/lib/modules/$abi/build"
+  mkdeb "$pool" linux-image-amd64 "$meta" amd64 "linux-image-$abi"
+  mkdeb "$pool" linux-headers-amd64 "$meta" amd64 "linux-headers-$abi"
+}
+
+fabricmanager_packages() {  # DEST VERSION
+  local dest=$1 v=$2 upstream=${2%-*}
+  sed "s/FABRICMANAGER_STANDIN_VERSION:-[0-9.]*/FABRICMANAGER_STANDIN_VERSION:-$upstream/" \
+    "$here/stand-ins/nv-fabricmanager" >"$work/nv-fabricmanager"
+  mkdeb "$dest" "nvidia-fabricmanager-${upstream%%.*}" "$v" amd64 "" \
+    "$work/nv-fabricmanager:/usr/bin/nv-fabricmanager" \
+    "@# STAND-IN fabric manager configuration:/usr/share/nvidia/nvswitch/fabricmanager.cfg" \
+    "@[Unit]
+Description=STAND-IN NVIDIA fabric manager $upstream (test package)
+[Service]
+ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg
+[Install]
+WantedBy=multi-user.target:/lib/systemd/system/nvidia-fabricmanager.service"
+}
+
+flat_repo() {  # DIR [LABEL]: Packages, Release, InRelease for a repository with suite "/"
   (cd "$1" && apt-ftparchive packages . >Packages && gzip -9kf Packages \
     && apt-ftparchive -o APT::FTPArchive::Release::Origin="gpunode test (stand-in for NVIDIA)" \
-         -o APT::FTPArchive::Release::Label=libnvidia-container release . >"$work/Release" \
+         -o APT::FTPArchive::Release::Label="${2:-libnvidia-container}" release . >"$work/Release" \
     && mv "$work/Release" Release)
   sign_release "$1"
 }
@@ -176,7 +216,11 @@ pool=$debian/pool
 driver_packages "$pool" 535.261.03-1
 driver_packages "$pool" 535.309.01-0+deb12u1 security
 driver_packages "$pool" 550.163.01-1
-components="contrib non-free non-free-firmware"
+# The kernel guard's: an installed kernel and the newer one an upgrade would bring, and DKMS.
+kernel_packages "$pool/main" 6.1.0-90-amd64 6.1.190-1
+kernel_packages "$pool/main" 6.1.0-91-amd64 6.1.191-1
+mkdeb "$pool/main" dkms 3.0.10-8+deb12u1 amd64 "" "$here/stand-ins/dkms:/usr/sbin/dkms"
+components="main contrib non-free non-free-firmware"
 for component in $components; do
   mkdir -p "$debian/dists/bookworm/$component/binary-amd64"
   (cd "$debian" && apt-ftparchive packages "pool/$component" >"dists/bookworm/$component/binary-amd64/Packages" \
@@ -188,9 +232,18 @@ done
     release dists/bookworm >"$work/Release" && mv "$work/Release" dists/bookworm/Release)
 sign_release "$debian/dists/bookworm"
 
+# NVIDIA's CUDA repository (Debian 12): fabric manager at the 535 driver's versions, and NVLSM.
+cuda=$new/cuda/repos/debian12/x86_64
+fabricmanager_packages "$cuda" 535.261.03-1
+fabricmanager_packages "$cuda" 535.309.01-1
+mkdeb "$cuda" nvlsm 2025.06.1-1 amd64 "" "@#!/bin/sh
+# STAND-IN NVLSM (NVLink subnet manager): no NVSwitch here.
+echo 'nvlsm STAND-IN 2025.06.1':/usr/bin/nvlsm"
+flat_repo "$cuda" cuda
+
 mkdir -p "$new/offline/toolkit" "$new/offline/driver"
 cp "$stable"/*.deb "$new/offline/toolkit/"
-cp "$pool"/*/*.deb "$new/offline/driver/"
+cp "$pool"/contrib/*.deb "$pool"/non-free/*.deb "$pool"/non-free-firmware/*.deb "$new/offline/driver/"
 
 echo "$inputs" >"$new/.stamp"
 # One atomic step: renameat2(RENAME_EXCHANGE) swaps the new tree and the old one (a plain rename

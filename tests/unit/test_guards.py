@@ -72,8 +72,16 @@ def test_candidate_kernel_apt_and_rpm():
 @pytest.mark.parametrize("kwargs, ok, text", [
     (dict(candidate=None, running="6.1.0-37-amd64", module_path="dkms"), True, "no newer kernel"),
     (dict(candidate="6.1.0-37-amd64", running="6.1.0-37-amd64", module_path="dkms"), True, "no newer kernel"),
-    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", dkms_result=(0, "")),
-     True, "builds for kernel 6.1.0-40-amd64"),
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", dkms_result=(0, ""),
+          dkms_installed=True), True, "installed for kernel 6.1.0-40-amd64"),
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", dkms_installed=True),
+     True, "installed for kernel 6.1.0-40-amd64"),
+    # autoinstall skipped the module (BUILD_EXCLUSIVE_KERNEL) and still exited 0
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms",
+          dkms_result=(0, "includes a BUILD_EXCLUSIVE directive which does not match this kernel"),
+          dkms_installed=False), False, "lists no NVIDIA module installed for that kernel"),
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", check_mode=True),
+     True, "check mode"),
     (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms",
           dkms_result=(10, "Error! Bad return status for module build on kernel: 6.1.0-40-amd64")),
      False, "does not build for kernel 6.1.0-40-amd64"),
@@ -87,6 +95,22 @@ def test_candidate_kernel_apt_and_rpm():
 def test_kernel_release_decision(kwargs, ok, text):
     decision = guards.kernel_release_decision(**kwargs)
     assert decision["ok"] is ok and text in decision["reason"], decision
+
+
+def test_dkms_module_installed_reads_dkms_3_and_2_status_lines():
+    status = ("nvidia-current/535.261.03, 6.1.0-40-amd64, x86_64: installed\n"
+              "nvidia-current/535.261.03: added\n"
+              "nvidia-fs/2.20.5, 6.1.0-41-amd64, x86_64: installed\n")
+    assert guards.dkms_module_installed(status, "6.1.0-40-amd64")
+    assert not guards.dkms_module_installed(status, "6.1.0-41-amd64")  # only GPUDirect Storage's module
+    assert guards.dkms_module_installed("nvidia, 580.95.05, 6.8.0-64-generic, x86_64: installed\n",
+                                        "6.8.0-64-generic")
+    assert guards.dkms_module_installed("nvidia-open/575.57.08, 5.14.0-570.el9.x86_64, x86_64: installed "
+                                        "(WARNING! Diff between built and installed module!)",
+                                        "5.14.0-570.el9.x86_64")
+    assert not guards.dkms_module_installed("nvidia/580.95.05, 6.8.0-64-generic, x86_64: built\n",
+                                            "6.8.0-64-generic")
+    assert not guards.dkms_module_installed("", "6.8.0-64-generic")
 
 
 # --- Ubuntu transitional packages ------------------------------------------------------------------
