@@ -9,7 +9,10 @@ site.yml, bake.yml and the image's first boot.
 * the persistence daemon (``nvidia-persistenced``) is enabled, and started once the driver is loaded;
 * on NVSwitch systems (PCI vendor 0x10de, class 0x0680 in sysfs) fabric manager is installed at exactly
   the driver's version (and NVLSM is installed where the NVSwitch generation needs it, fourth generation
-  on), and started after the kernel module is loaded (NVIDIA Fabric Manager User Guide);
+  on), and started after the kernel module is loaded (NVIDIA Fabric Manager User Guide). With
+  ``install_fabricmanager`` a missing or mismatched one is not an error: the package specs that install it
+  at the loaded driver's version are returned (``fabricmanager.install``) for the caller's package
+  manager task (the role's apt/dnf task), and a fabric manager running at another version is stopped;
 * the CDI spec exists and describes the running driver, refreshed through the toolkit's own
   ``nvidia-cdi-refresh.service`` when it is installed (``reset-failed``, then a synchronous restart), else
   with ``nvidia-ctk cdi generate``; the refresh unit is never left failed.
@@ -50,6 +53,9 @@ OPERATOR_DROPINS = ("/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/co
 FABRICMANAGER_PACKAGES = re.compile(r"^(nvidia-fabricmanager(-\d+)?|nvidia-fabric-manager|cuda-drivers-fabricmanager"
                                     r"(-\d+)?)$")
 NVLSM_PACKAGES = ("nvlsm",)
+# NVIDIA's Debian/Ubuntu packages carry the branch in their names up to 580 (nvidia-fabricmanager-570);
+# from branch 590 on the names have no branch and versions are pinned instead.
+UNVERSIONED_NAMES_FROM_BRANCH = 590
 DRIVER_VERSION = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")
 
 
@@ -192,6 +198,13 @@ class Services(object):
         ok, why = self.change("start", unit)
         return {"active": ok, "changed": True, "error": None if ok else why}
 
+    def stop(self, unit):
+        active, _state = self.state(unit, "is-active")
+        if not active:
+            return {"active": False, "changed": False}
+        ok, why = self.change("stop", unit)
+        return {"active": not ok, "changed": True, "error": None if ok else why}
+
 
 # --- the three services --------------------------------------------------------------------------
 
@@ -231,7 +244,41 @@ def fabricmanager_version(root, runner, packages):
     return None, None
 
 
-def fabricmanager(root, services, runner, switches, start, enable, driver):
+def package_manager(root):
+    """apt, dnf or yum: the node's package manager, None when none of them is found."""
+    if os.path.isfile(under(root, "/var/lib/dpkg/status")):
+        return "apt"
+    for name in ("dnf", "yum"):
+        if find_tool(root, name):
+            return name
+    return None
+
+
+def fabricmanager_packages(manager, driver, fabricmanager=True, nvlsm=False):
+    """The package specs that install fabric manager at exactly the driver's version (and NVLSM, which has
+    versions of its own): apt 'nvidia-fabricmanager-570=570.172.08-*', dnf/yum 'nvidia-fabric-manager-570.172.08'."""
+    specs = []
+    if fabricmanager:
+        branch = driver.split(".")[0]
+        if manager == "apt":
+            name = ("nvidia-fabricmanager" if int(branch) >= UNVERSIONED_NAMES_FROM_BRANCH
+                    else "nvidia-fabricmanager-%s" % branch)
+            specs.append("%s=%s-*" % (name, driver))
+        else:
+            specs.append("nvidia-fabric-manager-%s" % driver)
+    if nvlsm:
+        specs.extend(NVLSM_PACKAGES)
+    return specs
+
+
+def _specs_text(driver):
+    if not driver:
+        return "(the driver is not loaded: its version is not known yet)"
+    return "apt: %s, dnf: %s" % (" ".join(fabricmanager_packages("apt", driver)),
+                                 " ".join(fabricmanager_packages("dnf", driver)))
+
+
+def fabricmanager(root, services, runner, switches, start, enable, driver, install=False):
     generation4 = [s["address"] for s in switches if s["device_id"] in NVLSM_NVSWITCH_IDS]
     packages = installed_packages(root)
     version, source = fabricmanager_version(root, runner, packages)
@@ -239,22 +286,32 @@ def fabricmanager(root, services, runner, switches, start, enable, driver):
               "unit": FABRICMANAGER_UNIT, "version": version, "version_source": source,
               "driver_version": driver, "nvlsm_required": bool(generation4),
               "nvlsm_installed": any(p in packages for p in NVLSM_PACKAGES) or bool(find_tool(root, "nvlsm")),
+              "install": [], "package_manager": None,
               "enabled": None, "active": None, "changed": False, "error": None}
     if not switches:
         return result
-    if version is None or not unit_path(root, FABRICMANAGER_UNIT):
+    missing = version is None or not unit_path(root, FABRICMANAGER_UNIT)
+    mismatch = not missing and bool(driver) and version != driver
+    nvlsm_missing = bool(generation4) and not result["nvlsm_installed"]
+    manager = package_manager(root) if install and driver else None
+    if manager and (missing or mismatch or nvlsm_missing):
+        result["package_manager"] = manager
+        result["install"] = fabricmanager_packages(manager, driver, missing or mismatch, nvlsm_missing)
+        if mismatch:  # a fabric manager at another version than the driver must not stay up
+            outcome = services.stop(FABRICMANAGER_UNIT)
+            result.update(changed=outcome["changed"], active=outcome["active"], error=outcome.get("error"))
+        return result
+    if missing:
         result["error"] = ("NVSwitch system (%d NVSwitch devices) without fabric manager: install "
-                           "nvidia-fabricmanager at the driver's version %s (apt: nvidia-fabricmanager-%s=%s-*, "
-                           "dnf: nvidia-fabric-manager-%s); GPUs stay unusable for CUDA until it runs"
-                           % (len(switches), driver or "(driver not loaded)",
-                              (driver or "BRANCH").split(".")[0], driver or "VERSION", driver or "VERSION"))
+                           "nvidia-fabricmanager at the driver's version %s (%s); GPUs stay unusable for CUDA "
+                           "until it runs" % (len(switches), driver or "(driver not loaded)", _specs_text(driver)))
         return result
-    if driver and version != driver:
+    if mismatch:
         result["error"] = ("fabric manager %s (%s) differs from the loaded driver %s: fabric manager must be at "
-                           "exactly the driver's version, or it refuses to start; install fabric manager %s"
-                           % (version, source, driver, driver))
+                           "exactly the driver's version, or it refuses to start; install fabric manager %s (%s)"
+                           % (version, source, driver, driver, _specs_text(driver)))
         return result
-    if generation4 and not result["nvlsm_installed"]:
+    if nvlsm_missing:
         result["error"] = ("fourth-generation NVSwitch system (%s): NVLSM (the NVLink subnet manager) is needed "
                            "beside fabric manager; install package nvlsm from NVIDIA's repository"
                            % ", ".join(generation4))
@@ -315,7 +372,8 @@ def _refresh_with_unit(result, services):
 
 # --- the whole stage -----------------------------------------------------------------------------------
 
-def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=False, start=True, enable=True):
+def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=False, start=True, enable=True,
+                         install_fabricmanager=False):
     """Persistence daemon, fabric manager (NVSwitch systems) and CDI spec; see the module docstring.
 
     Returns {gpu, nvswitch, changed, failed, msg, actions, persistenced, fabricmanager, cdi} and gpus,
@@ -334,7 +392,8 @@ def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=Fa
                          "need a GPU)." % under(root, PCI_DEVICES))
         return result
     result["persistenced"] = persistenced(root, services, start, enable, bool(driver))
-    result["fabricmanager"] = fabricmanager(root, services, runner, switches, start, enable, driver)
+    result["fabricmanager"] = fabricmanager(root, services, runner, switches, start, enable, driver,
+                                            install_fabricmanager)
     notes = _cdi_step(result, root, services, runner, driver, refresh_cdi, start, check_mode)
     problems = [part["error"] for part in (result["persistenced"], result["fabricmanager"], result["cdi"])
                 if part and part.get("error")]
@@ -365,8 +424,12 @@ def _summary(result, start, note_text):
         if part and part.get("enabled") is not None:
             parts.append("%s %s%s" % (part["unit"], "enabled" if part["enabled"] else "not enabled",
                                       ", running" if part.get("active") else ""))
-    if result["fabricmanager"] and result["fabricmanager"]["required"]:
-        parts.append("fabric manager %s matches the driver" % result["fabricmanager"]["version"])
+    fabric = result["fabricmanager"]
+    if fabric and fabric["install"]:
+        parts.append("fabric manager to install at the driver's version %s (%s), then started"
+                     % (fabric["driver_version"], ", ".join(fabric["install"])))
+    elif fabric and fabric["required"]:
+        parts.append("fabric manager %s matches the driver" % fabric["version"])
     if result["cdi"]:
         parts.append("CDI spec %s %s" % (result["cdi"]["spec"], "refreshed (%s)" % result["cdi"]["reason"]
                                          if result["cdi"]["refreshed"] else "up to date"))

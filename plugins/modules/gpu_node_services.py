@@ -17,8 +17,11 @@ description:
   - On NVSwitch systems (NVIDIA PCI functions of class C(0x0680) in sysfs) checks that fabric manager is installed
     at exactly the loaded driver's version, and that NVLSM is installed where the NVSwitch generation needs it
     (fourth generation, HGX B200/B100), then enables and starts C(nvidia-fabricmanager.service) once the kernel
-    module is loaded. A fabric manager at another version fails the task with what to install; the module installs
-    no package.
+    module is loaded. A missing fabric manager, or one at another version, fails the task with the exact packages
+    to install. With O(install_fabricmanager) it does not fail; the package specs that install it at the loaded driver's
+    version are returned in RV(fabricmanager.install) and a fabric manager running at another version is stopped.
+    The module itself installs no package (role C(gpunode.nvidia.node_services) installs them, then runs the
+    module again to start fabric manager).
   - Generates the CDI spec once the driver is loaded, when it is missing, when it does not describe the running
     driver, or when O(refresh_cdi) says the driver or toolkit changed in this run. Where the toolkit ships
     C(nvidia-cdi-refresh.service) it runs C(systemctl reset-failed) then a synchronous C(systemctl restart) of that
@@ -51,6 +54,16 @@ options:
     description: Regenerate the CDI spec even when it matches the running driver (the driver or toolkit changed).
     type: bool
     default: false
+  install_fabricmanager:
+    description:
+      - On an NVSwitch system whose fabric manager is missing or at another version than the loaded driver (or
+        that lacks NVLSM where the NVSwitch generation needs it), return the packages to install in
+        RV(fabricmanager.install) (apt C(nvidia-fabricmanager-BRANCH=VERSION-*), from branch 590 on
+        C(nvidia-fabricmanager=VERSION-*); dnf/yum C(nvidia-fabric-manager-VERSION); C(nvlsm)) instead of failing,
+        and stop a fabric manager that runs at another version.
+      - V(false) fails the task with the same packages named.
+    type: bool
+    default: false
 notes:
   - Supports check mode; the actions that would run are listed in RV(actions).
   - Standard library only on the managed node (Python 3.6+).
@@ -69,6 +82,17 @@ EXAMPLES = r"""
 - name: Regenerate the CDI spec after a driver upgrade
   gpunode.nvidia.gpu_node_services:
     refresh_cdi: true
+
+- name: Plan fabric manager at the driver's version instead of failing
+  gpunode.nvidia.gpu_node_services:
+    install_fabricmanager: true
+  register: services
+
+- name: Install it (apt)
+  ansible.builtin.apt:
+    name: "{{ services.fabricmanager.install }}"
+    allow_downgrade: true
+  when: services.fabricmanager.install | default([]) | length > 0
 """
 
 RETURN = r"""
@@ -113,10 +137,23 @@ persistenced:
 fabricmanager:
   description: >-
     C(required) (NVSwitch system), C(nvswitches), C(unit), C(version) and C(version_source) of fabric manager,
-    C(driver_version), C(nvlsm_required), C(nvlsm_installed), C(enabled), C(active), C(changed), C(error);
-    null when skipped.
+    C(driver_version), C(nvlsm_required), C(nvlsm_installed), C(install) and C(package_manager) (see below),
+    C(enabled), C(active), C(changed), C(error); null when skipped.
   returned: always
   type: dict
+  contains:
+    install:
+      description:
+        - With O(install_fabricmanager), the package specs that install fabric manager at exactly the loaded
+          driver's version and NVLSM where needed; empty when nothing is to be installed.
+      returned: always
+      type: list
+      elements: str
+      sample: ["nvidia-fabricmanager-570=570.172.08-*"]
+    package_manager:
+      description: C(apt), C(dnf) or C(yum), for RV(fabricmanager.install); null when nothing is to be installed.
+      returned: always
+      type: str
 cdi:
   description: >-
     C(spec) path, C(exists), C(matches_driver), C(method) (C(nvidia-cdi-refresh.service) or
@@ -140,6 +177,7 @@ def main():
             start=dict(type="bool", default=True),
             enable=dict(type="bool", default=True),
             refresh_cdi=dict(type="bool", default=False),
+            install_fabricmanager=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -153,7 +191,8 @@ def main():
 
     result = ensure_node_services(root=root, runner=runner, check_mode=module.check_mode,
                                   refresh_cdi=module.params["refresh_cdi"], start=module.params["start"],
-                                  enable=module.params["enable"])
+                                  enable=module.params["enable"],
+                                  install_fabricmanager=module.params["install_fabricmanager"])
     failed = result.pop("failed")
     for warning in result.pop("warnings"):
         module.warn(warning)

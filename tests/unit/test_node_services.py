@@ -7,6 +7,8 @@ The systemd stand-in keeps enabled/active/failed per unit and answers systemctl 
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 import gpu_health_trees as trees  # noqa: E402
 
@@ -198,3 +200,91 @@ def test_missing_persistence_daemon_is_a_warning_not_a_failure(tmp_path):
     result = ensure(tmp_path, FakeSystemd())
     assert not result["failed"] and result["persistenced"]["present"] is False
     assert result["warnings"] and "nvidia-persistenced" in result["warnings"][0]
+
+
+# --- fabric manager install (install_fabricmanager: the role installs what the module computed) -------------
+
+def test_missing_fabric_manager_is_planned_at_the_driver_version(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), fabricmanager=None)
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd, install_fabricmanager=True)
+    fabric = result["fabricmanager"]
+    assert not result["failed"], result["msg"]
+    assert fabric["package_manager"] == "apt"
+    assert fabric["install"] == ["nvidia-fabricmanager-570=%s-*" % trees.DRIVER]
+    assert systemd.verbs("nvidia-fabricmanager.service") == []  # started once installed, not before
+    assert "fabric manager to install at the driver's version %s" % trees.DRIVER in result["msg"]
+
+
+def test_fabric_manager_at_another_version_is_stopped_and_planned_at_the_driver_version(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), fabricmanager="570.133.20")
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service", "nvidia-fabricmanager.service"],
+                          active=["nvidia-persistenced.service", "nvidia-fabricmanager.service"])
+    result = ensure(tmp_path, systemd, install_fabricmanager=True)
+    fabric = result["fabricmanager"]
+    assert not result["failed"] and result["changed"], result["msg"]
+    assert fabric["install"] == ["nvidia-fabricmanager-570=%s-*" % trees.DRIVER] and fabric["active"] is False
+    assert systemd.verbs("nvidia-fabricmanager.service") == ["stop"]
+
+
+def test_check_mode_plans_the_install_and_stops_nothing(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), fabricmanager="570.133.20")
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service", "nvidia-fabricmanager.service"],
+                          active=["nvidia-persistenced.service", "nvidia-fabricmanager.service"])
+    result = ensure(tmp_path, systemd, check_mode=True, install_fabricmanager=True)
+    assert result["fabricmanager"]["install"] and "systemctl stop nvidia-fabricmanager.service" in result["actions"]
+    assert systemd.verbs() == []
+
+
+def test_matching_fabric_manager_plans_no_install(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path))
+    systemd = FakeSystemd(enabled=["nvidia-persistenced.service"], active=["nvidia-persistenced.service"])
+    result = ensure(tmp_path, systemd, install_fabricmanager=True)
+    assert not result["failed"] and result["fabricmanager"]["install"] == []
+    assert systemd.verbs("nvidia-fabricmanager.service") == ["enable", "start"]
+
+
+def test_fourth_generation_plans_nvlsm_beside_a_matching_fabric_manager(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), device="0x2901")
+    result = ensure(tmp_path, FakeSystemd(), install_fabricmanager=True)
+    assert not result["failed"] and result["fabricmanager"]["install"] == ["nvlsm"]
+    missing = tmp_path / "missing"
+    trees.nvswitch_node(trees.new(missing), device="0x2901", fabricmanager=None)
+    assert ensure(missing, FakeSystemd(), install_fabricmanager=True)["fabricmanager"]["install"] == [
+        "nvidia-fabricmanager-570=%s-*" % trees.DRIVER, "nvlsm"]
+
+
+def test_driver_not_loaded_plans_nothing_and_says_why(tmp_path):
+    tree = trees.nvswitch_node(trees.new(tmp_path), fabricmanager=None)
+    os.remove(tree.local("/proc/driver/nvidia/version"))
+    os.remove(tree.local("/sys/module/nvidia/version"))
+    result = ensure(tmp_path, FakeSystemd(), install_fabricmanager=True)
+    assert result["failed"] and result["fabricmanager"]["install"] == []
+    assert "driver is not loaded" in result["msg"]
+
+
+def test_without_the_install_option_the_message_names_the_exact_packages(tmp_path):
+    trees.nvswitch_node(trees.new(tmp_path), fabricmanager=None)
+    result = ensure(tmp_path, FakeSystemd())
+    assert result["failed"] and result["fabricmanager"]["install"] == []
+    assert "apt: nvidia-fabricmanager-570=%s-*, dnf: nvidia-fabric-manager-%s" % (trees.DRIVER, trees.DRIVER) in \
+        result["msg"]
+
+
+@pytest.mark.parametrize("manager, driver, fabric, nvlsm, specs", [
+    ("apt", "570.172.08", True, False, ["nvidia-fabricmanager-570=570.172.08-*"]),
+    ("apt", "590.44.01", True, True, ["nvidia-fabricmanager=590.44.01-*", "nvlsm"]),
+    ("dnf", "570.172.08", True, False, ["nvidia-fabric-manager-570.172.08"]),
+    ("yum", "535.261.03", False, True, ["nvlsm"]),
+])
+def test_fabricmanager_packages(manager, driver, fabric, nvlsm, specs):
+    assert node_services.fabricmanager_packages(manager, driver, fabric, nvlsm) == specs
+
+
+def test_package_manager_of_a_tree(tmp_path):
+    assert node_services.package_manager(str(tmp_path)) is None
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/dnf").write_text("")
+    assert node_services.package_manager(str(tmp_path)) == "dnf"
+    trees.gpu_node(trees.new(tmp_path))  # writes dpkg status
+    assert node_services.package_manager(str(tmp_path)) == "apt"
