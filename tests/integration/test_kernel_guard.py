@@ -90,7 +90,7 @@ def test_hold_then_release_only_once_the_module_exists_for_the_new_kernel(node):
     # exits 0); the guard reads dkms status, fails with why, and the kernel stays held.
     write(node, MODULE_SOURCE + "/dkms.conf", DKMS_CONF + 'BUILD_EXCLUSIVE_KERNEL="^6\\.1\\.0-90-"\n')
     blocked = node.play(DRIVER, {"nvidia_driver_kernel_hold": "release"})
-    assert blocked.failed, repr(guard(blocked))
+    assert blocked.failed, guard(blocked)
     message = guard(blocked)["msg"]
     assert "DKMS lists no NVIDIA module installed for that kernel (dkms status -k %s)" % CANDIDATE in message
     assert "BUILD_EXCLUSIVE directive which does not match" in message and "stays held" in message, message
@@ -102,8 +102,8 @@ def test_hold_then_release_only_once_the_module_exists_for_the_new_kernel(node):
     write(node, MODULE_SOURCE + "/dkms.conf", DKMS_CONF)
     checked = node.play(DRIVER, {"nvidia_driver_kernel_hold": "release"}, check=True)
     assert not checked.failed and "check mode" in guard(checked)["msg"], checked.failure_messages()
-    assert held(node) == list(KERNEL_META) and node.read("/lib/modules/%s/updates/dkms/nvidia-current.ko"
-                                                          % CANDIDATE) is None
+    assert held(node) == list(KERNEL_META)
+    assert node.read("/lib/modules/%s/updates/dkms/nvidia-current.ko" % CANDIDATE) is None
     released = node.play(DRIVER, {"nvidia_driver_kernel_hold": "release"})
     assert not released.failed, released.failure_messages()
     assert guard(released)["changed"] and "installed for kernel %s" % CANDIDATE in guard(released)["msg"]
