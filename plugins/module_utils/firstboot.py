@@ -31,6 +31,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 
@@ -169,7 +170,7 @@ def resolve_target(facts, config):
     socket = config["socket"] or (target.get("kind") == engine and target.get("socket")) or {
         "containerd": cri.DEFAULT_SOCKET, "crio": discovery.DEFAULT_CRIO_SOCKET,
         "docker": discovery.DEFAULT_DOCKER_SOCKET}[engine]
-    return engine, cri._socket_path(socket), target.get("binary") if target.get("kind") == engine else None
+    return engine, http2_grpc._socket_path(socket), target.get("binary") if target.get("kind") == engine else None
 
 
 def wait_for_cri(client, seconds):
@@ -177,7 +178,7 @@ def wait_for_cri(client, seconds):
     while True:
         try:
             return client.status(verbose=True)
-        except cri.CRIError as exc:
+        except http2_grpc.CRIError as exc:
             if time.time() > deadline:
                 raise StepFailed("check", "the runtime does not answer CRI on %s: %s" % (client.address, exc.message))
             time.sleep(0.5)
@@ -218,7 +219,7 @@ def workload_check(facts, config, node):
             loaded, source, run = check_docker(config, socket)
         else:
             loaded, source, run = check_cri(config, socket, binary)
-    except (cri.CRIError, wl.WorkloadError) as exc:
+    except (http2_grpc.CRIError, wl.WorkloadError) as exc:
         raise StepFailed("check", "%s failed: %s" % (getattr(exc, "stage", "runtime"), exc.message),
                          {"engine": engine, "socket": socket, "output": wl.tail(getattr(exc, "output", ""), 2000)})
     outcome = wl.judge_run(run, has_gpu, node, context)
