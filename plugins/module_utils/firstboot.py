@@ -33,6 +33,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs
 from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
+from ansible_collections.gpunode.nvidia.plugins.module_utils import package_versions
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 
 DEFAULTS = {
@@ -112,8 +113,8 @@ def load_driver(facts, config, runner):
         if config["require_gpu"]:
             raise StepFailed("driver", "no NVIDIA GPU in sysfs and require_gpu is set")
         return {"state": "skipped", "msg": "no NVIDIA GPU in sysfs: no kernel module to load"}
-    branch = next((driver_plan.branch_of(v) for v in sorted((driver.get("packages") or {}).values())
-                   if driver_plan.branch_of(v)), None)
+    branch = next((package_versions.branch_of(v) for v in sorted((driver.get("packages") or {}).values())
+                   if package_versions.branch_of(v)), None)
     wanted, why = driver_plan.choose_flavour(config["driver_flavour"], gpus, branch)
     have = driver.get("flavour") if driver.get("loaded") else installed_flavour(runner)
     # auto: the proprietary module drives every generation; only the open one needs Turing or newer.
