@@ -38,6 +38,7 @@ import traceback
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
+from ansible_collections.gpunode.nvidia.plugins.module_utils import node_reader
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_firstboot import FIRSTBOOT_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import HEALTH_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import (
@@ -205,7 +206,7 @@ def operator_values(instance):
     if instance["kind"] != "containerd":
         return None
     config = instance.get("edit_path") or instance["config_path"]
-    if config in DEFAULT_CONFIGS and discovery.normalize_socket(instance["socket"]) in DEFAULT_SOCKETS:
+    if config in DEFAULT_CONFIGS and node_reader.normalize_socket(instance["socket"]) in DEFAULT_SOCKETS:
         return None
     env = [{"name": "CONTAINERD_CONFIG", "value": config},
            {"name": "CONTAINERD_SOCKET", "value": instance["socket"]}]
@@ -991,7 +992,7 @@ def summarize(findings):
 def diagnose(root="/", query_cri=None, given_healthz_url=None, runtime_name="nvidia", cri_timeout=5.0, run=None):
     """Findings for the node under ROOT (see the module docstring)."""
     started = time.time()
-    node = discovery.Node(root, run)
+    node = node_reader.Node(root, run)
     if query_cri is None:
         query_cri = node.live
     facts = discovery.gather(root, run=run)

@@ -34,6 +34,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_st
 from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils import package_versions
+from ansible_collections.gpunode.nvidia.plugins.module_utils import runtime_instances
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 
 DEFAULTS = {
@@ -169,8 +170,8 @@ def resolve_target(facts, config):
         raise StepFailed("check", "cannot tell which container runtime kubelet will use: %s; set engine and "
                          "socket in %s" % (facts.get("target_reason") or "no runtime found", fs.CONFIG_PATH))
     socket = config["socket"] or (target.get("kind") == engine and target.get("socket")) or {
-        "containerd": cri.DEFAULT_SOCKET, "crio": discovery.DEFAULT_CRIO_SOCKET,
-        "docker": discovery.DEFAULT_DOCKER_SOCKET}[engine]
+        "containerd": cri.DEFAULT_SOCKET, "crio": runtime_instances.DEFAULT_CRIO_SOCKET,
+        "docker": runtime_instances.DEFAULT_DOCKER_SOCKET}[engine]
     return engine, http2_grpc._socket_path(socket), target.get("binary") if target.get("kind") == engine else None
 
 

@@ -300,7 +300,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
 from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils import proof
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather, normalize_socket
+from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import normalize_socket
 from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
 

@@ -324,7 +324,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import Node, run_command
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node, run_command
 from ansible_collections.gpunode.nvidia.plugins.module_utils.driver_plan import plan_driver
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_os import PlanError
 from ansible_collections.gpunode.nvidia.plugins.module_utils.toolkit_plan import plan_toolkit

@@ -14,7 +14,7 @@ import yaml
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan as dp
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_os, package_versions, toolkit_plan
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import Node
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
 from ansible_collections.gpunode.nvidia.plugins.modules import nvidia_driver_plan as module
 
 OS_RELEASE = {
