@@ -1,23 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
-"""Plan the NVIDIA driver and container toolkit installation of one node.
+"""Plan the NVIDIA driver installation of one node.
 
-Everything a role needs to decide before it changes anything, computed from
-what the node holds (read through ``root``, like gpu_node_facts) and from the
-operator's request:
+Everything the role needs to decide before it changes anything, computed from
+what the node holds (read through ``root``, like gpu_node_facts; see
+node_os.py) and from the operator's request:
 
 * the distribution, its package manager and which setup path applies;
-* for the driver: install, upgrade, keep (incident I6: a pre-baked or loaded
-  driver is left alone) or skip (no GPU); the packages, the repository, the
-  dnf module stream, the kernels DKMS must build for, Secure Boot, nouveau
-  and whether a reboot is still needed;
-* for the toolkit: the repository, one version pin for its four packages,
-  and whether the installed version may be changed.
+* install, upgrade, keep (incident I6: a pre-baked or loaded driver is left
+  alone) or skip (no GPU); the packages, the repository, the dnf module
+  stream, the kernels DKMS must build for, Secure Boot, nouveau and whether a
+  reboot is still needed.
 
-The plan is data: the roles carry it out with Ansible's own package and
+The plan is data: the role carries it out with Ansible's own package and
 repository modules, and the unit tests check it for every distribution,
 including those whose archives cannot be reached from the test machines.
+The container toolkit's plan is toolkit_plan.py.
 
 Runs on managed nodes: standard library only.
 """
@@ -26,26 +25,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import functools
-import gzip
-import os
-import re
-
-try:  # some minimal Python builds lack _lzma; .ko.xz modules are then not read
-    import lzma
-except ImportError:
-    lzma = None
-
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
-
-TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
-                    "libnvidia-container-tools", "libnvidia-container1")
-# Install order for offline files: dependencies first.
-TOOLKIT_INSTALL_ORDER = ("libnvidia-container1", "libnvidia-container-tools",
-                         "nvidia-container-toolkit-base", "nvidia-container-toolkit")
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_os import (
+    PlanError, apt_candidates, apt_components, distribution, kernels, mok_key, module_files, module_version,
+    offline_files, read_os_release, secure_boot)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.package_versions import (
+    DEB_FILE_RE, branch_of, install_command, lockstep_version, upstream, version_key)
 
 CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
-TOOLKIT_REPO_BASE = "https://nvidia.github.io/libnvidia-container"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # Debian: the open kernel module is in contrib, the driver in non-free, the GSP firmware in
@@ -54,8 +41,6 @@ DEBIAN_COMPONENTS = ("contrib", "non-free", "non-free-firmware")
 DEBIAN_MODULE_PACKAGE = {"open": "nvidia-open-kernel-dkms", "proprietary": "nvidia-kernel-dkms"}
 DRIVER_APT_PIN_PATH = "/etc/apt/preferences.d/nvidia-driver"
 
-EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
-MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 NOUVEAU_CONTENT = ("# Managed by gpunode.nvidia: the NVIDIA driver needs nouveau out of the way.\n"
                    "blacklist nouveau\n"
@@ -63,289 +48,7 @@ NOUVEAU_CONTENT = ("# Managed by gpunode.nvidia: the NVIDIA driver needs nouveau
 # First PCI device id of the Turing generation: open kernel modules need Turing or newer.
 TURING_FIRST_DEVICE_ID = 0x1E00
 OPEN_MODULES_FIRST_BRANCH = 515
-RHEL_IDS = ("rhel", "centos", "rocky", "almalinux", "ol")
-MODULE_FILE_RE = re.compile(r"^nvidia(-current)?(-open)?\.ko(\.xz|\.zst|\.gz)?$")
-DEB_FILE_RE = re.compile(r"^([a-z0-9][a-z0-9+.-]*)_([^_]+)_([a-z0-9]+)\.deb$")
-RPM_FILE_RE = re.compile(r"^(.+)-([^-]+)-([^-]+)\.([a-z0-9_]+)\.rpm$")
 
-
-class PlanError(ValueError):
-    """The request cannot be planned on this node; the message says what to do."""
-
-
-# --- versions -----------------------------------------------------------------------------------
-
-def compare_versions(left, right):
-    """-1, 0 or 1, as dpkg compares versions ('~' sorts before everything, even the end)."""
-    left_epoch, left_rest = _split_epoch(left)
-    right_epoch, right_rest = _split_epoch(right)
-    if left_epoch != right_epoch:
-        return -1 if left_epoch < right_epoch else 1
-    left_upstream, _s, left_revision = left_rest.rpartition("-") if "-" in left_rest else (left_rest, "", "")
-    right_upstream, _s, right_revision = right_rest.rpartition("-") if "-" in right_rest else (right_rest, "", "")
-    return _compare_part(left_upstream, right_upstream) or _compare_part(left_revision, right_revision)
-
-
-def version_key(version):
-    """Sort key for package versions (dpkg order; close enough for rpm's NVIDIA versions)."""
-    return functools.cmp_to_key(compare_versions)(version or "")
-
-
-def _split_epoch(version):
-    epoch, sep, rest = (version or "").partition(":")
-    if sep and epoch.isdigit():
-        return int(epoch), rest
-    return 0, version or ""
-
-
-def _char_order(char):
-    if char == "~":
-        return -1
-    if char.isalpha():
-        return ord(char)
-    return ord(char) + 256
-
-
-def _compare_part(left, right):
-    """dpkg's verrevcmp: alternate non-digit runs (by character order) and digit runs (numerically)."""
-    while left or right:
-        left_text = re.match(r"\D*", left).group(0)
-        right_text = re.match(r"\D*", right).group(0)
-        for index in range(max(len(left_text), len(right_text))):
-            a = _char_order(left_text[index]) if index < len(left_text) else 0
-            b = _char_order(right_text[index]) if index < len(right_text) else 0
-            if a != b:
-                return -1 if a < b else 1
-        left, right = left[len(left_text):], right[len(right_text):]
-        left_digits = re.match(r"\d*", left).group(0)
-        right_digits = re.match(r"\d*", right).group(0)
-        if int(left_digits or 0) != int(right_digits or 0):
-            return -1 if int(left_digits or 0) < int(right_digits or 0) else 1
-        left, right = left[len(left_digits):], right[len(right_digits):]
-    return 0
-
-
-def upstream(version):
-    """'535.261.03' from '535.261.03-1', '3:550.54.15-1.el9' or '1.17.8-1'."""
-    if not version:
-        return None
-    rest = version.rpartition(":")[2]
-    return rest.split("-", 1)[0]
-
-
-def branch_of(version):
-    """The driver branch ('535') of a driver version, or None."""
-    match = re.match(r"^(\d{3,})\.", upstream(version) or "")
-    return match.group(1) if match else None
-
-
-# --- the node -----------------------------------------------------------------------------------
-
-def read_os_release(node):
-    text = node.read("/etc/os-release") or node.read("/usr/lib/os-release") or ""
-    fields = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            fields[key.strip()] = value.strip().strip("\"'")
-    return fields
-
-
-def distribution(os_release, arch):
-    """Family, setup path and package manager from os-release fields."""
-    dist_id = os_release.get("ID", "").lower()
-    version = os_release.get("VERSION_ID", "")
-    major = version.split(".")[0]
-    codename = os_release.get("VERSION_CODENAME") or os_release.get("UBUNTU_CODENAME") or ""
-    like = os_release.get("ID_LIKE", "").lower().split()
-    if dist_id == "ubuntu":
-        family, setup, manager = "ubuntu", "Ubuntu", "apt"
-    elif dist_id == "debian" or ("debian" in like and dist_id != "ubuntu"):
-        family, setup, manager = "debian", "Debian", "apt"
-    elif dist_id == "amzn" and major == "2":
-        family, setup, manager = "amazon", "Amazon-2", "yum"
-    elif dist_id == "amzn":
-        family, setup, manager = "amazon", "RedHat", "dnf"
-    elif dist_id in RHEL_IDS or "rhel" in like:
-        family, setup, manager = "redhat", "RedHat", "dnf" if major != "7" else "yum"
-    else:
-        raise PlanError("unsupported distribution %r (os-release ID=%s VERSION_ID=%s): supported are Debian 12/13, "
-                        "Ubuntu 20.04-24.04, RHEL-compatible 8/9/10, Amazon Linux 2 and 2023"
-                        % (os_release.get("PRETTY_NAME", dist_id), dist_id, version))
-    return {"id": dist_id, "version": version, "major": major, "codename": codename, "family": family,
-            "setup": setup, "package_manager": manager, "arch": arch,
-            "deb_arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(arch, arch)}
-
-
-def kernels(node, running):
-    """Running kernel, installed kernels, and the one the machine boots next.
-
-    A kernel counts as installed when its image is in /boot or in its module
-    directory (RHEL, Amazon Linux). In a container or an image chroot the
-    running kernel is the build host's: it is not installed, and no module is
-    built for it.
-    """
-    installed = set()
-    for name in node.listdir("/boot"):
-        if name.startswith("vmlinuz-"):
-            installed.add(name[len("vmlinuz-"):])
-    for name in node.listdir("/lib/modules"):
-        if node.isfile("/lib/modules/%s/vmlinuz" % name):
-            installed.add(name)
-    ordered = sorted(installed, key=version_key)
-    boot = ordered[-1] if ordered else None
-    targets = sorted(set([k for k in (running, boot) if k in installed]), key=version_key)
-    return {"running": running, "installed": ordered, "boot": boot,
-            "running_installed": running in installed, "dkms_targets": targets}
-
-
-def module_files(node, kernel_list):
-    """nvidia.ko files (any compression, DKMS, kmod or .run install) for these kernels."""
-    found = []
-    for kernel in kernel_list:
-        base = "/lib/modules/%s" % kernel
-        local = node.local(base)
-        for directory, _dirs, files in os.walk(local):
-            for name in files:
-                if MODULE_FILE_RE.match(name):
-                    found.append(base + directory[len(local):] + "/" + name)
-    return sorted(found)
-
-
-def module_version(local_path):
-    """The `version=` of a kernel module's .modinfo (plain, .xz or .gz), as modinfo shows it."""
-    if local_path.endswith(".xz") and lzma is None:
-        return None
-    try:
-        if local_path.endswith(".xz"):
-            with lzma.open(local_path) as handle:
-                data = handle.read(64 * 1024 * 1024)
-        elif local_path.endswith(".gz"):
-            with gzip.open(local_path) as handle:
-                data = handle.read(64 * 1024 * 1024)
-        else:
-            with open(local_path, "rb") as handle:
-                data = handle.read(64 * 1024 * 1024)
-    except Exception:  # unreadable or corrupt (compressed) module: no version, never a failed plan
-        return None
-    match = re.search(br"(?:^|\0)version=(\d+\.\d+(?:\.\d+)?)\0", data)
-    return match.group(1).decode("ascii") if match else None
-
-
-def secure_boot(node, run=None):
-    """{'enabled': True/False/None, 'source': how it was read}. Read from efivars through root;
-    on the live node mokutil answers when efivars cannot be read."""
-    if not node.isdir("/sys/firmware/efi"):
-        return {"enabled": False, "source": "no EFI firmware (legacy BIOS boot)"}
-    state = _efi_variable(node, "SecureBoot")
-    if state is not None:
-        setup_mode = _efi_variable(node, "SetupMode")
-        return {"enabled": state == 1 and setup_mode != 1,
-                "source": "efivars SecureBoot-%s=%d SetupMode=%s" % (EFI_GLOBAL_GUID, state, setup_mode)}
-    if run is not None:
-        rc, out, err = run(["mokutil", "--sb-state"])
-        text = (out or "") + (err or "")
-        if "SecureBoot enabled" in text:
-            return {"enabled": True, "source": "mokutil --sb-state"}
-        if "SecureBoot disabled" in text:
-            return {"enabled": False, "source": "mokutil --sb-state"}
-    return {"enabled": None, "source": "unknown: efivars not readable and mokutil gave no answer"}
-
-
-def _efi_variable(node, name):
-    """The value byte of an EFI global variable (after its 4 attribute bytes), or None."""
-    try:
-        with open(node.local("/sys/firmware/efi/efivars/%s-%s" % (name, EFI_GLOBAL_GUID)), "rb") as handle:
-            data = handle.read(16)
-    except (IOError, OSError):
-        return None
-    return bytearray(data)[4] if len(data) >= 5 else None
-
-
-def mok_key(node, run=None, enrolled=None):
-    """The Machine Owner Key DKMS signs modules with, and whether it is enrolled."""
-    for path in MOK_KEYS:
-        if node.isfile(path):
-            if enrolled is None and run is not None:
-                rc, out, err = run(["mokutil", "--test-key", path])
-                enrolled = "already enrolled" in (out or "") + (err or "")
-            return {"path": path, "enrolled": bool(enrolled)}
-    return {"path": None, "enrolled": False}
-
-
-def apt_components(node, suite):
-    """Components that enabled apt sources (one-line or deb822) already carry for suite."""
-    found = set()
-    for path in ["/etc/apt/sources.list"] + node.glob("/etc/apt/sources.list.d", "*.list"):
-        for line in (node.read(path) or "").splitlines():
-            words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
-            if len(words) >= 4 and words[0] == "deb" and words[2] == suite:
-                found.update(words[3:])
-    for path in node.glob("/etc/apt/sources.list.d", "*.sources"):
-        for stanza in (node.read(path) or "").split("\n\n"):
-            fields = dict((k.strip().lower(), v.split()) for k, _s, v in
-                          (line.partition(":") for line in stanza.splitlines() if not line.startswith("#")))
-            if (suite in fields.get("suites", []) and "deb" in fields.get("types", [])
-                    and fields.get("enabled", ["yes"])[0] != "no"):
-                found.update(fields.get("components", []))
-    return found
-
-
-def apt_candidates(run, package):
-    """Versions of package that apt can install (apt-cache madison), highest first."""
-    rc, out, _err = run(["apt-cache", "madison", package])
-    if rc != 0:
-        return []
-    versions = set(line.split("|")[1].strip() for line in (out or "").splitlines() if line.count("|") >= 2)
-    return sorted(versions, key=version_key, reverse=True)
-
-
-def lockstep_version(versions, branch):
-    """Upstream version of the newest candidate in branch: every driver package must match it
-    (a kernel module and libcuda/NVML of different versions do not talk to each other)."""
-    for version in sorted(versions, key=version_key, reverse=True):
-        if not branch or branch_of(version) == branch:
-            return upstream(version)
-    return None
-
-
-def offline_files(node, directory, names, version_glob, manager):
-    """{package: node path} of the package files to install from an offline directory.
-
-    Per package, the file whose version matches version_glob ('535.*', '1.17.8-1'),
-    the highest such version. Missing packages are an error naming the directory.
-    """
-    pattern = DEB_FILE_RE if manager == "apt" else RPM_FILE_RE
-    candidates = {}
-    for name in node.listdir(directory):
-        match = pattern.match(name)
-        if not match:
-            continue
-        package, version = match.group(1), match.group(2)
-        if manager != "apt":
-            version = "%s-%s" % (match.group(2), match.group(3))
-        if package in names and _version_matches(version, version_glob):
-            candidates.setdefault(package, []).append((version_key(version), directory.rstrip("/") + "/" + name))
-    missing = [n for n in names if n not in candidates]
-    if missing:
-        raise PlanError("offline directory %s has no package file for %s%s (files are named like %s); copy them "
-                        "there or change the version pin" % (
-                            directory, ", ".join(missing),
-                            " at version %s" % version_glob if version_glob else "",
-                            "NAME_VERSION_ARCH.deb" if manager == "apt" else "NAME-VERSION-RELEASE.ARCH.rpm"))
-    return [max(candidates[n])[1] for n in names]
-
-
-def _version_matches(version, version_glob):
-    if not version_glob:
-        return True
-    bare = version.rpartition(":")[2]
-    if version_glob.endswith("*"):
-        return bare.startswith(version_glob[:-1])
-    return bare == version_glob or upstream(bare) == version_glob
-
-
-# --- driver -------------------------------------------------------------------------------------
 
 def choose_flavour(requested, gpus, branch):
     """('open'|'proprietary', why). Open modules need a Turing or newer GPU and branch 515+."""
@@ -704,7 +407,7 @@ def driver_commands(plan, action):
             repo["name"], repo["baseurl"], repo["gpgkey"]))
     commands.append("write %s; regenerate the initramfs if it changed" % plan["nouveau"]["blacklist_path"])
     if plan["headers"]:
-        commands.append(_install_command(manager, plan["headers"]))
+        commands.append(install_command(manager, plan["headers"]))
     if plan["module_stream"]:
         verb = "switch-to" if action == "upgrade" else "enable"
         allow_erasing = " --allowerasing" if verb == "switch-to" else ""
@@ -715,126 +418,10 @@ def driver_commands(plan, action):
     if plan["apt_pin"]:
         commands.append("write %s (Pin: version %s-*)" % (plan["apt_pin_path"], plan["driver_version"]))
     if plan["offline_files"]:
-        commands.append(_install_command(manager, plan["offline_files"]))
+        commands.append(install_command(manager, plan["offline_files"]))
     else:
-        commands.append(_install_command(manager, plan["packages"], allow_change=action == "upgrade"))
+        commands.append(install_command(manager, plan["packages"], allow_change=action == "upgrade"))
     for kernel in plan["kernel"]["dkms_targets"]:
         if plan["module_path"] == "dkms" and kernel != plan["kernel"]["running"]:
             commands.append("dkms autoinstall -k %s" % kernel)
-    return commands
-
-
-def _install_command(manager, packages, allow_change=False):
-    if manager == "apt":
-        return "apt-get install -y --no-install-recommends %s%s" % (
-            "--allow-downgrades " if allow_change else "", " ".join(packages))
-    if manager == "yum":
-        return "yum install -y %s" % " ".join(packages)
-    return "dnf install -y %s%s" % ("--allowerasing " if allow_change else "", " ".join(packages))
-
-
-# --- container toolkit --------------------------------------------------------------------------
-
-def toolkit_action(request, installed):
-    """(action, reason): install, keep, change or refused."""
-    wanted = request.get("version") or None
-    present = dict((n, installed[n]) for n in TOOLKIT_PACKAGES if installed.get(n))
-    if not present:
-        return "install", "the container toolkit is not installed"
-    versions = sorted(set(present.values()), key=version_key)
-    if wanted is None:
-        if len(present) < len(TOOLKIT_PACKAGES):
-            return "install", "only %s of the four toolkit packages are installed" % ", ".join(sorted(present))
-        if len(versions) > 1:
-            return "keep", ("the toolkit packages are at different versions (%s): set nvidia_container_toolkit_version "
-                            "to align them" % ", ".join("%s %s" % i for i in sorted(present.items())))
-        return "keep", "toolkit %s is installed and no version is pinned" % versions[0]
-    differ = dict((n, v) for n, v in present.items() if not _version_matches(v, wanted))
-    if not differ and len(present) == len(TOOLKIT_PACKAGES):
-        return "keep", "toolkit %s is installed as pinned" % wanted
-    if not differ:
-        return "install", "completing the toolkit packages at %s" % wanted
-    if request.get("allow_upgrade"):
-        return "change", "moving %s to %s (upgrades allowed)" % (
-            ", ".join("%s %s" % i for i in sorted(differ.items())), wanted)
-    return "refused", ("toolkit %s is installed and %s is asked for; the packages were not changed. Set "
-                       "nvidia_container_toolkit_allow_upgrade: true to move all four packages to %s" % (
-                           ", ".join(sorted(set(differ.values()), key=version_key)), wanted, wanted))
-
-
-def toolkit_repository(dist, request):
-    if request.get("source") == "offline":
-        return None
-    base = (request.get("repo_base") or TOOLKIT_REPO_BASE).rstrip("/")
-    channel = request.get("channel") or "stable"
-    key = request.get("repo_key_url") or base + "/gpgkey"
-    if dist["package_manager"] == "apt":
-        return {"kind": "deb822", "name": "nvidia-container-toolkit", "types": ["deb"],
-                "uris": [request.get("repo_url") or "%s/%s/deb/$(ARCH)" % (base, channel)],
-                "suites": ["/"], "components": [], "signed_by": key}
-    return {"kind": "yum", "name": "nvidia-container-toolkit", "description": "NVIDIA container toolkit",
-            "baseurl": request.get("repo_url") or "%s/%s/rpm/$basearch" % (base, channel),
-            "gpgkey": key, "gpgcheck": bool(request.get("gpgcheck", True)),
-            "repo_gpgcheck": bool(request.get("repo_gpgcheck", True)), "enabled": True}
-
-
-def apt_pin_file(version):
-    """apt preferences that hold the four packages at one version (protects against `apt upgrade`)."""
-    if not version:
-        return None
-    pin = version if "-" in version else version + "-*"
-    return ("# Managed by gpunode.nvidia (nvidia_container_toolkit_version): the four container toolkit\n"
-            "# packages move together; mismatched versions are a known breakage.\n"
-            "Package: %s\nPin: version %s\nPin-Priority: 1001\n" % (" ".join(TOOLKIT_PACKAGES), pin))
-
-
-def toolkit_specs(manager, version):
-    if not version:
-        return list(TOOLKIT_PACKAGES)
-    if manager == "apt":
-        return ["%s=%s" % (n, version if "-" in version else version + "-*") for n in TOOLKIT_PACKAGES]
-    return ["%s-%s" % (n, version) for n in TOOLKIT_PACKAGES]
-
-
-def plan_toolkit(node, request, env):
-    dist = distribution(read_os_release(node), env["arch"])
-    facts = gather(node.root, ("gpus", "toolkit"), run=node.run)
-    installed = facts["toolkit"]["packages"]
-    version = request.get("version") or None
-    action, reason = toolkit_action(request, installed)
-    source = request.get("source") or "nvidia"
-    if source == "offline" and not request.get("offline_dir"):
-        raise PlanError("source offline needs nvidia_container_toolkit_offline_dir: a directory on the node "
-                        "holding the four packages")
-    manager = dist["package_manager"]
-    plan = {"action": action, "reason": reason, "distribution": dist, "package_manager": manager,
-            "source": source, "version": version, "installed": installed, "gpus": facts["gpus"],
-            "repository": toolkit_repository(dist, dict(request, source=source)),
-            "packages": toolkit_specs(manager, version),
-            "apt_pin": apt_pin_file(version) if manager == "apt" else None,
-            "apt_pin_path": "/etc/apt/preferences.d/nvidia-container-toolkit" if manager == "apt" else None,
-            "offline_files": [], "commands": []}
-    if source == "offline" and action in ("install", "change"):
-        wanted = version or installed.get("nvidia-container-toolkit")
-        plan["offline_files"] = offline_files(node, request["offline_dir"], list(TOOLKIT_INSTALL_ORDER),
-                                              wanted, manager)
-    plan["commands"] = toolkit_commands(plan)
-    return plan
-
-
-def toolkit_commands(plan):
-    manager, repo = plan["package_manager"], plan["repository"]
-    commands = []
-    if repo and repo["kind"] == "deb822":
-        commands.append("write /etc/apt/sources.list.d/%s.sources (%s, Suites: /, Signed-By: key from %s)"
-                        % (repo["name"], repo["uris"][0], repo["signed_by"]))
-        commands.append("apt-get update (this source only)")
-    elif repo:
-        commands.append("write /etc/yum.repos.d/%s.repo (baseurl %s, gpgcheck=%d, repo_gpgcheck=%d, gpgkey %s)" % (
-            repo["name"], repo["baseurl"], repo["gpgcheck"], repo["repo_gpgcheck"], repo["gpgkey"]))
-    if plan["apt_pin"]:
-        commands.append("write %s (Pin: version %s)" % (plan["apt_pin_path"], plan["version"]))
-    if plan["action"] in ("install", "change"):
-        targets = plan["offline_files"] or plan["packages"]
-        commands.append(_install_command(manager, targets, allow_change=plan["action"] == "change"))
     return commands

@@ -31,7 +31,10 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
+from ansible_collections.gpunode.nvidia.plugins.module_utils import package_versions
+from ansible_collections.gpunode.nvidia.plugins.module_utils import runtime_instances
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
 
 DEFAULTS = {
@@ -111,8 +114,8 @@ def load_driver(facts, config, runner):
         if config["require_gpu"]:
             raise StepFailed("driver", "no NVIDIA GPU in sysfs and require_gpu is set")
         return {"state": "skipped", "msg": "no NVIDIA GPU in sysfs: no kernel module to load"}
-    branch = next((driver_plan.branch_of(v) for v in sorted((driver.get("packages") or {}).values())
-                   if driver_plan.branch_of(v)), None)
+    branch = next((package_versions.branch_of(v) for v in sorted((driver.get("packages") or {}).values())
+                   if package_versions.branch_of(v)), None)
     wanted, why = driver_plan.choose_flavour(config["driver_flavour"], gpus, branch)
     have = driver.get("flavour") if driver.get("loaded") else installed_flavour(runner)
     # auto: the proprietary module drives every generation; only the open one needs Turing or newer.
@@ -167,9 +170,9 @@ def resolve_target(facts, config):
         raise StepFailed("check", "cannot tell which container runtime kubelet will use: %s; set engine and "
                          "socket in %s" % (facts.get("target_reason") or "no runtime found", fs.CONFIG_PATH))
     socket = config["socket"] or (target.get("kind") == engine and target.get("socket")) or {
-        "containerd": cri.DEFAULT_SOCKET, "crio": discovery.DEFAULT_CRIO_SOCKET,
-        "docker": discovery.DEFAULT_DOCKER_SOCKET}[engine]
-    return engine, cri._socket_path(socket), target.get("binary") if target.get("kind") == engine else None
+        "containerd": cri.DEFAULT_SOCKET, "crio": runtime_instances.DEFAULT_CRIO_SOCKET,
+        "docker": runtime_instances.DEFAULT_DOCKER_SOCKET}[engine]
+    return engine, http2_grpc._socket_path(socket), target.get("binary") if target.get("kind") == engine else None
 
 
 def wait_for_cri(client, seconds):
@@ -177,7 +180,7 @@ def wait_for_cri(client, seconds):
     while True:
         try:
             return client.status(verbose=True)
-        except cri.CRIError as exc:
+        except http2_grpc.CRIError as exc:
             if time.time() > deadline:
                 raise StepFailed("check", "the runtime does not answer CRI on %s: %s" % (client.address, exc.message))
             time.sleep(0.5)
@@ -218,7 +221,7 @@ def workload_check(facts, config, node):
             loaded, source, run = check_docker(config, socket)
         else:
             loaded, source, run = check_cri(config, socket, binary)
-    except (cri.CRIError, wl.WorkloadError) as exc:
+    except (http2_grpc.CRIError, wl.WorkloadError) as exc:
         raise StepFailed("check", "%s failed: %s" % (getattr(exc, "stage", "runtime"), exc.message),
                          {"engine": engine, "socket": socket, "output": wl.tail(getattr(exc, "output", ""), 2000)})
     outcome = wl.judge_run(run, has_gpu, node, context)

@@ -31,7 +31,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import run_command
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import run_command
 
 NVIDIA_VENDOR = "0x10de"
 NVSWITCH_CLASS = "0x0680"  # PCI "other bridge": how NVSwitch devices enumerate

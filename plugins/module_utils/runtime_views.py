@@ -30,7 +30,8 @@ import json
 import os
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import (
-    CRIClient, CRIError, default_runtime_from_status, runtimes_from_status)
+    CRIClient, default_runtime_from_status, runtimes_from_status)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.http2_grpc import CRIError
 from ansible_collections.gpunode.nvidia.plugins.module_utils.toml_reader import TomlError, read_toml
 
 RUNC_TYPE = "io.containerd.runc.v2"

@@ -28,6 +28,8 @@ import time
 import uuid
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
+from ansible_collections.gpunode.nvidia.plugins.module_utils import protobuf_wire
 from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
@@ -136,17 +138,17 @@ def judge_run(run, has_gpu, node, context):
 # --- CRI images ------------------------------------------------------------------------------
 
 def _bytes_field(number, payload):
-    return cri.encode_varint(number << 3 | 2) + cri.encode_varint(len(payload)) + payload
+    return protobuf_wire.encode_varint(number << 3 | 2) + protobuf_wire.encode_varint(len(payload)) + payload
 
 
 def pull_image(client, image, sandbox_config=None, timeout=600):
     """CRI ImageService.PullImage (no auth: registries needing credentials are configured in the
     runtime); return the image reference the runtime stored."""
-    request = _bytes_field(1, cri.encode_message("ImageSpec", {"image": image}))
+    request = _bytes_field(1, protobuf_wire.encode_message("ImageSpec", {"image": image}))
     if sandbox_config:
-        request += _bytes_field(3, cri.encode_message("PodSandboxConfig", sandbox_config))
-    raw = cri.grpc_unary(client.address, "/%s/PullImage" % cri.IMAGE_SERVICE, request, timeout=timeout)
-    for number, _wire, value in cri.iter_fields(raw):
+        request += _bytes_field(3, protobuf_wire.encode_message("PodSandboxConfig", sandbox_config))
+    raw = http2_grpc.grpc_unary(client.address, "/%s/PullImage" % cri.IMAGE_SERVICE, request, timeout=timeout)
+    for number, _wire, value in protobuf_wire.iter_fields(raw):
         if number == 1:
             return value.decode("utf-8", "replace")
     return ""
@@ -160,7 +162,7 @@ def find_ctr(runtime_binary=None):
 
 def import_tarball_ctr(ctr, socket, tarball, timeout):
     """`ctr -n k8s.io images import`: where the CRI plugin looks for images."""
-    rc, out = run_command([ctr, "--address", cri._socket_path(socket), "-n", "k8s.io", "images", "import",
+    rc, out = run_command([ctr, "--address", http2_grpc._socket_path(socket), "-n", "k8s.io", "images", "import",
                            tarball], timeout)
     if rc != 0:
         raise WorkloadError("image", "ctr images import %s failed (exit %d): %s" % (tarball, rc, out.strip()))
@@ -198,7 +200,7 @@ def ensure_image_cri(client, image, policy, tarball=None, ctr=None, check_mode=F
         return "would-pull"
     try:
         pull_image(client, image, timeout=pull_timeout)
-    except cri.CRIError as exc:
+    except http2_grpc.CRIError as exc:
         raise WorkloadError("image", exc.message)
     return "pulled"
 
@@ -262,7 +264,7 @@ def _cgroup_parent(client, handler):
     runtime with SystemdCgroup = true ("expected cgroupsPath to be of format slice:prefix:name")."""
     try:
         runtimes = cri.runtimes_from_status(client.status(verbose=True))
-    except cri.CRIError:
+    except http2_grpc.CRIError:
         return ""
     return SYSTEMD_SLICE if runtimes.get(handler, {}).get("systemd_cgroup") else ""
 
@@ -278,14 +280,14 @@ def _run_in_sandbox(client, handler, image, timeout, envs, uid, log_dir, created
     started = time.time()
     try:
         created["sandbox_id"] = client.run_pod_sandbox(sandbox, handler)
-    except cri.CRIError as exc:
+    except http2_grpc.CRIError as exc:
         raise WorkloadError("sandbox", exc.message)
     config = cri.container_config(CONTAINER_NAME, image, envs=envs or WORKLOAD_ENV,
                                   log_path=CONTAINER_NAME + ".log", labels=labels)
     try:
         created["container_id"] = client.create_container(created["sandbox_id"], config, sandbox)
         client.start_container(created["container_id"])
-    except cri.CRIError as exc:
+    except http2_grpc.CRIError as exc:
         raise WorkloadError("container", exc.message, _read_log(log_path))
     result = _wait(client, created["container_id"], timeout)
     result.update(output=_read_log(log_path), seconds=round(time.time() - started, 3), sandbox_started=True)
@@ -295,8 +297,8 @@ def _run_in_sandbox(client, handler, image, timeout, envs, uid, log_dir, created
 def _wait(client, container_id, timeout):
     try:
         status = client.wait_container_exit(container_id, timeout)
-    except cri.CRIError as exc:
-        if exc.code != cri.DEADLINE_EXCEEDED:
+    except http2_grpc.CRIError as exc:
+        if exc.code != http2_grpc.DEADLINE_EXCEEDED:
             raise WorkloadError("run", exc.message)
         return {"exit_code": None, "reason": "Timeout", "timed_out": True,
                 "message": "the workload did not finish within %gs" % timeout}
@@ -317,7 +319,7 @@ def remove_pod(client, sandbox_id, container_id):
     for what, call, args in steps:
         try:
             call(*args)
-        except cri.CRIError as exc:
+        except http2_grpc.CRIError as exc:
             if exc.code != 5:  # NOT_FOUND: already gone
                 problems.append("%s %s: %s" % (what, args[0][:12], exc.message))
     return problems
@@ -338,7 +340,7 @@ class Docker:
         self.socket = socket
 
     def argv(self, *args):
-        host = ["-H", "unix://" + cri._socket_path(self.socket)] if self.socket else []
+        host = ["-H", "unix://" + http2_grpc._socket_path(self.socket)] if self.socket else []
         return [self.binary] + host + list(args)
 
     def run(self, args, timeout=60):

@@ -145,13 +145,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import (
     CRIClient,
-    CRIError,
-    UNAVAILABLE,
-    UNIMPLEMENTED,
     default_runtime_from_status,
     runtime_ready,
     runtimes_from_status,
 )
+from ansible_collections.gpunode.nvidia.plugins.module_utils.http2_grpc import CRIError, UNAVAILABLE, UNIMPLEMENTED
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
 
 POLL_INTERVAL = 0.5

@@ -297,9 +297,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils import proof
 from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather, normalize_socket
+from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import normalize_socket
 from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
 
@@ -330,8 +332,8 @@ def resolve_runtime(params, facts):
         if engine not in ENGINES:
             raise CheckFailed("cannot tell which container runtime to check: %s; set engine and socket" % (
                 facts.get("target_reason") or "no runtime found"))
-    socket = cri._socket_path(params["socket"] or (target.get("kind") == engine and target.get("socket"))
-                              or default_socket(engine))
+    socket = http2_grpc._socket_path(params["socket"] or (target.get("kind") == engine and target.get("socket"))
+                                     or default_socket(engine))
     # The target's file, service and binary belong to the socket only when it is the target's.
     same = target.get("kind") == engine and normalize_socket(target.get("socket") or "") == normalize_socket(socket)
     config_path = params["config_path"] or (same and target.get("config_path")) or None
@@ -348,7 +350,7 @@ def run_cri_check(module, result, context):
     client = cri.CRIClient(result["socket"], timeout=CRI_CALL_TIMEOUT)
     try:
         status = client.status(verbose=True)
-    except cri.CRIError as exc:
+    except http2_grpc.CRIError as exc:
         raise_explained(result, context, "runtime", exc.message)
     result["runtimes_loaded"] = sorted(cri.runtimes_from_status(status))
     try:
@@ -356,7 +358,7 @@ def run_cri_check(module, result, context):
         result["image_source"] = wl.ensure_image_cri(
             client, params["image"], params["pull_policy"], params["image_tarball"], ctr, module.check_mode,
             params["pull_timeout"])
-    except cri.CRIError as exc:
+    except http2_grpc.CRIError as exc:
         raise_explained(result, context, "image", exc.message)
     except wl.WorkloadError as exc:
         raise_explained(result, context, exc.stage, exc.message)
@@ -375,7 +377,7 @@ def run_cri_check(module, result, context):
 def safe_leftovers(client):
     try:
         return wl.leftover_sandboxes(client)
-    except cri.CRIError as exc:
+    except http2_grpc.CRIError as exc:
         return ["cannot list sandboxes: %s" % exc.message]
 
 
@@ -495,7 +497,7 @@ def current_key(params, result, facts):
             client = cri.CRIClient(result["socket"], timeout=CRI_CALL_TIMEOUT)
             version = client.version().get("runtime_version")
             handlers = cri.runtimes_from_status(client.status(verbose=True))
-    except (cri.CRIError, wl.WorkloadError) as exc:
+    except (http2_grpc.CRIError, wl.WorkloadError) as exc:
         raise CheckFailed("the runtime on %s does not answer: %s" % (result["socket"], getattr(exc, "message", exc)))
     key = proof.proof_key(
         result["engine"], result["socket"], params["runtime_handler"], params["image"],

@@ -23,6 +23,7 @@ import conftest  # noqa: F401,E402  pylint: disable=unused-import
 import daemons  # noqa: E402
 from ansible_runner import run_module  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import plan_runtime_edit  # noqa: E402
 
 DEBIAN_DEFAULT = os.path.join(HERE, "..", "unit", "corpus", "containerd", "v2-debian-default.toml")
@@ -66,7 +67,7 @@ def restart_gap(ctrd):
                 if state["down_since"] is not None:
                     gaps.append(time.monotonic() - state["down_since"])
                     state["down_since"] = None
-            except (cri.CRIError, OSError):
+            except (http2_grpc.CRIError, OSError):
                 if state["down_since"] is None:
                     state["down_since"] = time.monotonic()
             time.sleep(0.002)

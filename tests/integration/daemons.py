@@ -51,6 +51,7 @@ def _collection_importable():
 
 _collection_importable()
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -269,7 +270,7 @@ class PrivateContainerd:
                     else:
                         _connect(self.socket)
                     return
-                except (cri.CRIError, OSError) as exc:
+                except (http2_grpc.CRIError, OSError) as exc:
                     last = str(exc)
             time.sleep(0.05)
         raise DaemonError("containerd %s did not answer on %s within %ss (%s):\n%s" % (
@@ -349,7 +350,7 @@ class PrivateContainerd:
             for sandbox in client.list_pod_sandboxes():
                 _ignore_errors(client.stop_pod_sandbox, sandbox["id"])
                 _ignore_errors(client.remove_pod_sandbox, sandbox["id"])
-        except cri.CRIError:
+        except http2_grpc.CRIError:
             pass
 
     def close(self):
@@ -372,7 +373,7 @@ class PrivateContainerd:
 def _ignore_errors(function, *args):
     try:
         function(*args)
-    except cri.CRIError:
+    except http2_grpc.CRIError:
         pass
 
 

@@ -17,6 +17,7 @@ import pytest
 import daemons
 from ansible_runner import run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import flatten, load_dump
 
 RELEASES = list(daemons.CONTAINERD_RELEASES)
@@ -50,7 +51,7 @@ def node(private_containerd, standin_images, request):
 @pytest.mark.parametrize("node", RELEASES, ids=IDS, indirect=True)
 def test_runtime_reaches_the_live_daemon(node):
     before = node.read_config()
-    with pytest.raises(cri.CRIError, match='no runtime for "nvidia" is configured'):
+    with pytest.raises(http2_grpc.CRIError, match='no runtime for "nvidia" is configured'):
         run_sandbox(node, "nvidia")
 
     result = configure(node)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import daemons
-from daemons import cri
+from daemons import cri, http2_grpc
 
 NO_RUNTIME = 'no runtime for "nvidia" is configured'
 SUCCESS_LINES = ["[Vector addition of 50000 elements]", "Test PASSED", "Done"]
@@ -60,7 +60,7 @@ def test_version_and_status_on_a_private_socket(plain_containerd):
 def test_nvidia_sandbox_without_the_runtime_fails_like_incident_i1(plain_containerd):
     client = plain_containerd.client()
     sandbox = cri.sandbox_config("i1", "uid-i1", log_directory=plain_containerd.pod_logs)
-    with pytest.raises(cri.CRIError) as caught:
+    with pytest.raises(http2_grpc.CRIError) as caught:
         client.run_pod_sandbox(sandbox, runtime_handler="nvidia")
     assert caught.value.code_name == "UNKNOWN"
     assert caught.value.message.endswith(NO_RUNTIME)  # verbatim, Huffman-decoded from grpc-message

@@ -19,7 +19,7 @@ import pytest
 import daemons
 from ansible_runner import run_module
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_rules
+from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_kubelet, doctor_rules
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="private containerd daemons need root")
 
@@ -92,7 +92,7 @@ class StandinKubelet(object):
     def wait_healthy(self, timeout=20):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            ok, _detail = doctor_rules.probe_healthz(self.url, timeout=1)
+            ok, _detail = doctor_kubelet.probe_healthz(self.url, timeout=1)
             if ok:
                 return
             assert self.process.poll() is None, "the kubelet stand-in exited"

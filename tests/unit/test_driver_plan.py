@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan as dp
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import Node
+from ansible_collections.gpunode.nvidia.plugins.module_utils import node_os, package_versions, toolkit_plan
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
 from ansible_collections.gpunode.nvidia.plugins.modules import nvidia_driver_plan as module
 
 OS_RELEASE = {
@@ -96,7 +97,7 @@ def driver(node_tree, running="6.1.0-28-amd64", arch="x86_64", secure_boot=None,
 
 def toolkit(node_tree, **request):
     request.setdefault("source", "nvidia")
-    return dp.plan_toolkit(node_tree.node(), request, {"running_kernel": "6.1.0-28-amd64", "arch": "x86_64"})
+    return toolkit_plan.plan_toolkit(node_tree.node(), request, {"running_kernel": "6.1.0-28-amd64", "arch": "x86_64"})
 
 
 # --- GPU detection and incident I6 -------------------------------------------------------------
@@ -212,8 +213,8 @@ def test_debian_packages_follow_the_kernel_module_version(tree):
     proprietary = dp.plan_driver(live, {"flavour": "proprietary"}, {"running_kernel": "6.1.0-28-amd64",
                                                                     "arch": "x86_64"})
     assert proprietary["driver_version"] == "550.163.01"
-    assert dp.lockstep_version(MADISON["nvidia-kernel-dkms"], "535") == "535.309.01"
-    assert dp.lockstep_version(MADISON["nvidia-kernel-dkms"], "470") is None
+    assert package_versions.lockstep_version(MADISON["nvidia-kernel-dkms"], "535") == "535.309.01"
+    assert package_versions.lockstep_version(MADISON["nvidia-kernel-dkms"], "470") is None
 
 
 # apt-cache show of the open set on Debian 12 with bookworm-security: each package in both versions.
@@ -304,14 +305,14 @@ def test_secure_boot_with_unsigned_dkms_modules_blocks_before_install(tree):
 
 
 def test_secure_boot_states_from_efivars(tree):
-    assert dp.secure_boot(tree().node())["enabled"] is False  # no /sys/firmware/efi: BIOS boot
-    assert dp.secure_boot(tree().efi(0).node())["enabled"] is False
-    assert dp.secure_boot(tree().efi(1, setup_mode=1).node())["enabled"] is False  # setup mode: not enforced
-    enabled = dp.secure_boot(tree().efi(1).node())
+    assert node_os.secure_boot(tree().node())["enabled"] is False  # no /sys/firmware/efi: BIOS boot
+    assert node_os.secure_boot(tree().efi(0).node())["enabled"] is False
+    assert node_os.secure_boot(tree().efi(1, setup_mode=1).node())["enabled"] is False  # setup mode: not enforced
+    enabled = node_os.secure_boot(tree().efi(1).node())
     assert enabled["enabled"] is True and "efivars" in enabled["source"]
     unknown = tree().write("/sys/firmware/efi/runtime", "")
-    assert dp.secure_boot(unknown.node())["enabled"] is None
-    assert dp.secure_boot(unknown.node(), run=lambda argv: (0, "SecureBoot enabled\n", ""))["enabled"] is True
+    assert node_os.secure_boot(unknown.node())["enabled"] is None
+    assert node_os.secure_boot(unknown.node(), run=lambda argv: (0, "SecureBoot enabled\n", ""))["enabled"] is True
     assert driver(tree("ubuntu2204").gpu(), branch="550", secure_boot=True,
                   ubuntu_modules="dkms")["secure_boot"]["blocks_install"]
 
@@ -393,17 +394,18 @@ def test_offline_directory(tree):
     assert all("535.261.03-1" in f for f in plan["offline_files"]), plan["offline_files"]
     newest = driver(node, source="offline", offline_dir="/srv/nv")
     assert all("550.163.01" in f for f in newest["offline_files"])
-    with pytest.raises(dp.PlanError, match="offline directory /srv/nv has no package file for .* at version 470.*"):
+    with pytest.raises(node_os.PlanError,
+                       match="offline directory /srv/nv has no package file for .* at version 470.*"):
         driver(node, source="offline", offline_dir="/srv/nv", branch="470")
 
 
 def test_sources_that_do_not_exist_for_a_distribution_are_refused(tree):
-    with pytest.raises(dp.PlanError, match="no NVIDIA driver packages of its own"):
+    with pytest.raises(node_os.PlanError, match="no NVIDIA driver packages of its own"):
         driver(tree("rhel9").gpu(), source="distribution")
-    with pytest.raises(dp.PlanError, match="RPM distributions only"):
+    with pytest.raises(node_os.PlanError, match="RPM distributions only"):
         driver(tree("debian12").gpu(), source="nvidia")
     alpine = tree("debian12").write("/etc/os-release", 'ID=alpine\nVERSION_ID=3.20\n')
-    with pytest.raises(dp.PlanError, match="unsupported distribution"):
+    with pytest.raises(node_os.PlanError, match="unsupported distribution"):
         driver(alpine.gpu())
 
 
@@ -455,7 +457,7 @@ def test_toolkit_rpm_plan_checks_signatures(tree):
     assert mirror["commands"][-1].startswith("yum install -y")
 
 
-FOUR = dict((name, "1.17.8-1") for name in dp.TOOLKIT_PACKAGES)
+FOUR = dict((name, "1.17.8-1") for name in toolkit_plan.TOOLKIT_PACKAGES)
 
 
 @pytest.mark.parametrize("installed,request_,action", [
@@ -470,12 +472,12 @@ FOUR = dict((name, "1.17.8-1") for name in dp.TOOLKIT_PACKAGES)
     ({"nvidia-container-toolkit": "1.17.8-1"}, {}, "install"),
 ])
 def test_toolkit_actions(installed, request_, action):
-    assert dp.toolkit_action(request_, installed)[0] == action
+    assert toolkit_plan.toolkit_action(request_, installed)[0] == action
 
 
 def test_toolkit_mismatched_versions_are_reported():
     mixed = dict(FOUR, **{"libnvidia-container1": "1.18.0-1"})
-    action, reason = dp.toolkit_action({}, mixed)
+    action, reason = toolkit_plan.toolkit_action({}, mixed)
     assert action == "keep" and "different versions" in reason and "libnvidia-container1 1.18.0-1" in reason
 
 
@@ -492,8 +494,9 @@ def test_documentation_matches_the_argument_spec():
 
 
 def test_versions():
-    assert dp.upstream("3:550.54.15-1.el9") == "550.54.15"
-    assert dp.branch_of("535.216.01-1~deb12u1") == "535"
-    assert dp.branch_of("1.17.8-1") is None
-    ordered = sorted(["550.163.01-1", "535.261.03-1", "1:470.1-1", "535.261.03-1~deb12u1"], key=dp.version_key)
+    assert package_versions.upstream("3:550.54.15-1.el9") == "550.54.15"
+    assert package_versions.branch_of("535.216.01-1~deb12u1") == "535"
+    assert package_versions.branch_of("1.17.8-1") is None
+    ordered = sorted(["550.163.01-1", "535.261.03-1", "1:470.1-1", "535.261.03-1~deb12u1"],
+                     key=package_versions.version_key)
     assert ordered == ["535.261.03-1~deb12u1", "535.261.03-1", "550.163.01-1", "1:470.1-1"]

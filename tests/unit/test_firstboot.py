@@ -6,9 +6,12 @@ tests/integration/test_bake_pipeline.py.
 """
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
+import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
 import node_trees  # noqa: E402
@@ -216,3 +219,25 @@ def test_program_never_shows_a_traceback(tmp_path, argv, capsys, monkeypatch):
     assert namespace["main"](argv) == 1
     out = capsys.readouterr().out
     assert "gpunode-firstboot: FAILED: OSError: disk full" in out and "Traceback" not in out
+
+
+def test_the_bake_installs_every_module_the_first_boot_imports(tmp_path):
+    """The image_bake role copies a list of module_utils files: the program must import with only those."""
+    repo = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(repo, "roles", "image_bake", "vars", "main.yml")) as handle:
+        bake = yaml.safe_load(handle)
+    for directory in bake["image_bake_package_dirs"]:
+        os.makedirs(str(tmp_path / directory))
+        (tmp_path / directory / "__init__.py").write_text(u"")
+    for name in bake["image_bake_firstboot_module_utils"]:
+        shutil.copy(os.path.join(repo, "plugins", "module_utils", name), str(tmp_path / directory / name))
+    script = ("import json, sys; sys.path.insert(0, %r)\n"
+              "from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot\n"
+              "print(json.dumps(sorted(m.rpartition('.')[2] + '.py' for m in sys.modules\n"
+              "                        if m.startswith(firstboot.__package__ + '.'))))" % str(tmp_path))
+    # -S: no site-packages, as on a node (standard library only); the collection is importable only from tmp_path.
+    proc = subprocess.run([sys.executable, "-S", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, cwd=str(tmp_path), check=False)
+    assert proc.returncode == 0, proc.stderr
+    # Nothing missing (the import above) and nothing extra.
+    assert json.loads(proc.stdout) == sorted(bake["image_bake_firstboot_module_utils"])

@@ -15,7 +15,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import node_trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery, node_reader, nvidia_facts  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils import runtime_instances  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.modules import gpu_node_facts  # noqa: E402
 
 
@@ -56,8 +57,8 @@ def test_platform_target(tmp_path, name):
         assert (kubelet["endpoint_origin"] or "").startswith(origin), kubelet
     if target["selected_by"] == "kubelet":
         assert target["used_by_kubelet"]
-        assert discovery.normalize_socket(kubelet["endpoint"]) in (
-            discovery.normalize_socket(target["socket"]), discovery.normalize_socket(target["cri_socket"]))
+        assert node_reader.normalize_socket(kubelet["endpoint"]) in (
+            node_reader.normalize_socket(target["socket"]), node_reader.normalize_socket(target["cri_socket"]))
 
 
 def test_i2_configures_the_snap_containerd_and_reports_the_other(tmp_path):
@@ -266,7 +267,7 @@ def test_gpus_from_sysfs(tmp_path):
     tree.gpu("0000:17:00.0", device="0x1eb8", pci_class="0x030000", driver=None)
     tree.pci("0000:65:00.1", "0x10de", "0x22ba", "0x040300")  # the GPU's HDMI audio function
     tree.pci("0000:00:02.0", "0x8086", "0x3e92", "0x030000")  # an Intel iGPU
-    gpus = discovery.gpus(discovery.Node(str(tmp_path)))
+    gpus = nvidia_facts.gpus(node_reader.Node(str(tmp_path)))
     assert [(g["pci_address"], g["device_id"], g["driver"]) for g in gpus] == [
         ("0000:17:00.0", "0x1eb8", None), ("0000:65:00.0", "0x2330", "nvidia")]
 
@@ -283,7 +284,7 @@ def test_driver_version_banner(tmp_path, banner, version, flavour):
     tree = node_trees.NodeTree(tmp_path)
     tree.file("/proc/driver/nvidia/version", banner + "\nGCC version:  gcc version 12.2.0\n")
     tree.modules("nvidia_uvm", "nvidia_modeset", "nvidia")
-    driver = discovery.driver(discovery.Node(str(tmp_path)))
+    driver = nvidia_facts.driver(node_reader.Node(str(tmp_path)))
     assert (driver["version"], driver["flavour"], driver["loaded"], driver["module_loaded"]) == (
         version, flavour, True, True)
 
@@ -294,7 +295,7 @@ def test_driver_absent_nouveau_loaded_and_packages(tmp_path):
     tree.package("nvidia-driver", "535.183.01-1~deb12u1")
     tree.package("nvidia-container-toolkit", "1.17.8-1")
     tree.package("libnvidia-container1", "1.17.8-1")
-    driver = discovery.driver(discovery.Node(str(tmp_path)))
+    driver = nvidia_facts.driver(node_reader.Node(str(tmp_path)))
     assert not driver["loaded"] and driver["nouveau_loaded"]
     assert driver["packages"] == {"nvidia-driver": "535.183.01-1~deb12u1"}
     assert driver["package_db"] == "dpkg"
@@ -374,14 +375,14 @@ def test_versions_are_read_by_running_only_on_the_live_node(tmp_path):
     tree = node_trees.NodeTree(tmp_path)
     tree.libc("2.36")
     tree.elf_binary("/usr/bin/nvidia-ctk", ["GLIBC_2.2.5", "GLIBC_2.34"])
-    assert discovery.Node(str(tmp_path)).run is None
+    assert node_reader.Node(str(tmp_path)).run is None
     calls = []
 
     def fake_run(argv):
         calls.append(argv)
         return 0, "NVIDIA Container Toolkit CLI version 1.17.8\ncommit: abc\n", ""
-    node = discovery.Node(str(tmp_path), run=fake_run)
-    toolkit = discovery.toolkit(node)
+    node = node_reader.Node(str(tmp_path), run=fake_run)
+    toolkit = nvidia_facts.toolkit(node)
     assert calls == [["/usr/bin/nvidia-ctk", "--version"]]
     assert toolkit["binaries"][0]["version"] == "1.17.8"
     assert toolkit["version"] == "1.17.8"
@@ -395,7 +396,7 @@ def test_processes_from_proc_cmdline(tmp_path):
     tree.file("/proc/2/cmdline", "")  # a kernel thread
     tree.process(["bash", "-c", "sleep 1"], pid=20)
     tree.file("/proc/30/cmdline", "/usr/bin/kubelet --v=2 --container-runtime-endpoint=unix:///x.sock\0")
-    procs = discovery.processes(discovery.Node(str(tmp_path)))
+    procs = node_reader.processes(node_reader.Node(str(tmp_path)))
     assert [(p["pid"], p["name"]) for p in procs] == [(10, "containerd"), (30, "kubelet")]
     assert procs[0]["argv"] == ["/usr/bin/containerd", "--config", "/etc/c.toml"]
     assert procs[0]["service"] == "containerd.service"
@@ -410,7 +411,7 @@ def test_processes_from_proc_cmdline(tmp_path):
     ("", None),
 ])
 def test_service_from_cgroup(text, service):
-    assert discovery.service_from_cgroup(text) == service
+    assert node_reader.service_from_cgroup(text) == service
 
 
 @pytest.mark.parametrize("endpoint,socket", [
@@ -422,14 +423,14 @@ def test_service_from_cgroup(text, service):
     (None, None),
 ])
 def test_normalize_socket(endpoint, socket):
-    assert discovery.normalize_socket(endpoint) == socket
+    assert node_reader.normalize_socket(endpoint) == socket
 
 
 def test_flag_value_last_wins_and_forms():
     argv = ["--config", "/a", "--config=/b", "-c", "/c", "--address", "--other"]
-    assert discovery.flag_value(argv, ("--config", "-c")) == "/c"
-    assert discovery.flag_value(argv, ("--address",)) is None
-    assert discovery.flag_value(['--x="/q"'], ("--x",)) == "/q"
+    assert node_reader.flag_value(argv, ("--config", "-c")) == "/c"
+    assert node_reader.flag_value(argv, ("--address",)) is None
+    assert node_reader.flag_value(['--x="/q"'], ("--x",)) == "/q"
 
 
 @pytest.mark.parametrize("text,version", [
@@ -440,7 +441,7 @@ def test_flag_value_last_wins_and_forms():
     (None, None),
 ])
 def test_toml_top_version(text, version):
-    assert discovery.toml_top_version(text) == version
+    assert runtime_instances.toml_top_version(text) == version
 
 
 def test_unit_drop_ins_environment_and_reset(tmp_path):
@@ -449,7 +450,7 @@ def test_unit_drop_ins_environment_and_reset(tmp_path):
     tree.file("/etc/systemd/system/containerd.service.d/override.conf",
               '[Service]\nEnvironment="CFG=/etc/alt/config.toml"\nExecStart=\n'
               "ExecStart=/usr/local/bin/containerd --config ${CFG}\n")
-    svc = discovery.unit(discovery.Node(str(tmp_path)), "containerd.service")
+    svc = node_reader.unit(node_reader.Node(str(tmp_path)), "containerd.service")
     assert svc["exec_argv"] == ["/usr/local/bin/containerd", "--config", "/etc/alt/config.toml"]
     assert svc["enabled"]
 
@@ -471,7 +472,7 @@ def test_rpm_sqlite_database(tmp_path):
                    (header([(1000, name), (1001, version), (1002, release)]),))
     db.commit()
     db.close()
-    packages = discovery.read_packages(discovery.Node(str(tmp_path)))
+    packages = node_reader.read_packages(node_reader.Node(str(tmp_path)))
     assert packages == {"db": "rpm", "packages": {"kmod-nvidia-open-dkms": "550.54.15-1.el9",
                                                   "nvidia-container-toolkit": "1.17.8-1"}}
 
@@ -549,5 +550,5 @@ def test_three_instances_wall_time(tmp_path):
     ("k3s version v1.30.4+k3s1 (98262b5d)\ngo version go1.22.5\n", "1.30.4+k3s1"),
 ])
 def test_version_output_parsing(out, version):
-    assert discovery._parse_version_output(0, out, "") == version
-    assert discovery._parse_version_output(1, out, "") is None
+    assert node_reader._parse_version_output(0, out, "") == version
+    assert node_reader._parse_version_output(1, out, "") is None
