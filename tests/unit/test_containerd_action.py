@@ -34,14 +34,26 @@ K3S = {"kind": "containerd", "platform": "k3s", "selected_by": "kubelet", "edit_
 DOCKER = {"kind": "docker", "platform": "docker", "selected_by": "kubelet", "socket": "/var/run/cri-dockerd.sock"}
 
 
-@pytest.fixture
-def resolve(action):
+def discovery(target, runtimes=None):
+    """gpu_node_facts' registered result, as the role's discovery task leaves it."""
+    facts = {"root": "/", "target": target, "target_reason": "kubelet's endpoint", "kubelet": {},
+             "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
+    return {"changed": False, "ansible_facts": {"gpu_node": facts}}
+
+
+@pytest.fixture(params=["own discovery", "discovered"])
+def resolve(action, request):
+    """Both ways give the same answer: the task's own discovery, and the role's passed as `discovered`."""
     def resolve_target(path, target, runtimes=None, allow=False):
         plugin = action.ActionModule.__new__(action.ActionModule)
-        facts = {"target": target, "target_reason": "kubelet's endpoint",
-                 "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
-        plugin._execute_module = lambda **kw: {"ansible_facts": {"gpu_node": facts}}
-        return plugin._resolve_target({"path": path, "allow_path_mismatch": allow}, {})
+        found = discovery(target, runtimes)
+        passed = found if request.param == "discovered" else None
+
+        def execute_module(**kwargs):
+            assert passed is None, "discovered was given: the node must not be asked again"
+            return found
+        plugin._execute_module = execute_module
+        return plugin._resolve_target({"path": path, "allow_path_mismatch": allow, "discovered": passed}, {})
     return resolve_target
 
 
