@@ -168,7 +168,6 @@ def run_holding(module, lock, run, keep):
     return result
 
 
-
 def under_lock_option(run):
     """run, for a config-editing module with a `lock` option: without the option, as it is; with it, under
     the node lock, which stays held after a write (for the restart and the checks that follow) and only then."""

@@ -117,7 +117,7 @@ options:
   keep_lock:
     description:
       - With O(lock), keep holding the lock when the call succeeds (RV(lock_held)), for a write and a restart
-        that follow; give it back later with M(gpunode.nvidia.node_lock) O(state=released).
+        that follow; give it back later with O(gpunode.nvidia.node_lock#module:state=released).
     type: bool
     default: false
 attributes:

@@ -40,7 +40,7 @@ description:
     M(gpunode.nvidia.node_lock) and gives it back in the same call. When the plan changes nothing, or in
     check mode, that is all (one module call in all with O(discovered)). A change is planned again from a
     second read that keeps the lock, then checked and written; the lock stays held (RV(lock_held)) for the
-    restart and the checks after it, and is given back with M(gpunode.nvidia.node_lock) O(state=released).
+    restart and the checks after it, and is given back with O(gpunode.nvidia.node_lock#module:state=released).
     When the config imports other files, they are read under a held lock too, given back by the task when
     nothing changes. A failing task gives back the lock it took.
 author:
@@ -136,7 +136,7 @@ options:
         stale takeover) in the call that reads the config, as the description says. The task fails naming the holder
         when another owner keeps it longer than O(lock.timeout).
       - When RV(lock_held) is true (the config was written), give the lock back after restarting containerd,
-        with M(gpunode.nvidia.node_lock) O(state=released) and the same owner.
+        with O(gpunode.nvidia.node_lock#module:state=released) and the same owner.
       - Do not also take it with M(gpunode.nvidia.node_lock) under another owner (the task would wait for it).
     type: dict
     suboptions:

@@ -79,7 +79,7 @@ options:
       - Take the node lock (the lease file of M(gpunode.nvidia.node_lock), with the same owner, waiting and
         stale takeover) before reading O(path), in this same call. It is given back before the task ends
         unless the file was written (RV(lock_held)); then give it back after the restart and the checks, with
-        M(gpunode.nvidia.node_lock) O(state=released). Check mode and a failing task never leave it held.
+        O(gpunode.nvidia.node_lock#module:state=released). Check mode and a failing task never leave it held.
       - The task fails naming the holder when another owner keeps it longer than O(lock.timeout).
     type: dict
     suboptions:
