@@ -6,12 +6,18 @@
 The node sends its config file and containerd's view of it; TOML editing
 (tomlkit) happens here; the node dumps the candidate's effective config; the
 guard compares; only then does the node write, atomically.
+
+With `lock`, the call that reads the config takes the node lock and gives it
+back at once: when the plan is empty (a run that changes nothing) that one call
+is all. A change is planned again from a second read that keeps the lock, so
+the read, plan, write, restart and checks of a change all happen under it.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import copy
 import posixpath
 
@@ -28,27 +34,50 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml imp
 
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
+LOCK_MODULE = "gpunode.nvidia.node_lock"
 DEFAULT_PATH = "/etc/containerd/config.toml"
 DROPIN_NAME = "99-nvidia.toml"
+
+
+# What one read of the node gave, and the edit planned from it.
+Plan = collections.namedtuple("Plan", ["current", "dump", "files", "globs", "edit"])
+
+
+class _NeedsHeldLock(Exception):
+    """The plan needs more reads than the first call: read again, keeping the lock."""
 
 
 class ActionModule(ValidatedAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
     _edit_path = None  # the file being edited, once known (named in unexpected failures)
     _written = False
+    _lock = None  # the `lock` option
+    _lock_mode = None  # how the next read takes the lock: "probe" (gives it back in the call) or "hold"
+    _lock_held = False  # the node lock is (or, after a failed call, may be) held by this task's owner
+    _lock_reentered = False  # its owner held it before this task: not this task's to give back
+    _lock_waited = 0.0
+    _lock_taken_over = None
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
+        self._lock = args["lock"]
         try:
             result.update(self._run(args, task_vars))
         except (ConfigError, effective.GuardError) as exc:
             result.update(failed=True, msg=str(exc), changed=False)
         except AnsibleActionFail:
+            self._give_lock_back(task_vars)
             raise
         except Exception as exc:  # pylint: disable=broad-except  # a bug: a clear failure, never a traceback
             result.update(failed=True, changed=False,
                           msg=unexpected_error_message(self._edit_path or args["path"], exc, self._written))
+        if result.get("failed"):
+            self._give_lock_back(task_vars)
+        if self._lock is not None:
+            result.update(lock_held=self._lock_held, lock_waited=round(self._lock_waited, 1))
+            if self._lock_taken_over:
+                result["lock_taken_over"] = self._lock_taken_over
         return mask_data(result)
 
     def _node(self, task_vars, **module_args):
@@ -64,11 +93,30 @@ class ActionModule(ValidatedAction):
             return self._platform_managed(target)
         dump_cmd = [self._containerd_binary(args, target, path), "--config", "%s", "config", "dump"]
         args = dict(args, path=path, containerd_binary=dump_cmd[0])
-        validate = args["validate"]
-        current = self._node(
-            task_vars, op="read", path=path, binary=dump_cmd[0],
-            command=dump_cmd if validate else None, exists=[args["binary"]],
-        )
+        if self._lock is None:
+            return self._finish(args, target, self._plan(args, task_vars, dump_cmd), task_vars, dump_cmd)
+        # First read under the lock, given back in the same call: for a run that changes nothing (and for
+        # check mode, which writes nothing) that is all. A change is planned again from a read that keeps it.
+        self._lock_mode = "probe"
+        try:
+            plan = self._plan(args, task_vars, dump_cmd)
+        except _NeedsHeldLock:
+            plan = None
+        writes = plan is None or (plan.edit.changed and not self._task.check_mode)
+        if writes:
+            self._lock_mode = "hold"
+            plan = self._plan(args, task_vars, dump_cmd)
+        result = self._finish(args, target, plan, task_vars, dump_cmd)
+        if not (result["changed"] and not self._task.check_mode) and not self._give_lock_back(task_vars):
+            result.setdefault("warnings", []).append(
+                "The node lock %s could not be given back; give it back with %s (owner %s, state: released)."
+                % (self._lock["path"], LOCK_MODULE, self._lock["owner"]))
+        return result
+
+    def _plan(self, args, task_vars, dump_cmd):
+        """Read the config (and what it imports) and plan the edit; nothing is written."""
+        path, validate = args["path"], args["validate"]
+        current = self._read_current(args, task_vars, dump_cmd)
         dump = None
         if validate and current.get("command_rc") == 0:
             dump = effective.load_dump(current["command_stdout"])
@@ -83,6 +131,44 @@ class ActionModule(ValidatedAction):
         _refuse_unchecked_drop_in(args, edit, files, current)
         edit.default_runtime = _effective_default(edit, files, globs)
         self._refuse_missing_default_binary(args, edit, current)
+        return Plan(current, dump, files, globs, edit)
+
+    def _read_current(self, args, task_vars, dump_cmd):
+        """The config file, containerd's view of it and the runtime binary's presence: one call."""
+        lock = {}
+        if self._lock_mode:
+            lock = dict(lock=self._lock, keep_lock=self._lock_mode == "hold")
+            self._lock_held = True  # until the node says otherwise: a call that fails may have taken it
+        current = self._node(
+            task_vars, op="read", path=args["path"], binary=dump_cmd[0],
+            command=dump_cmd if args["validate"] else None, exists=[args["binary"]], **lock
+        )
+        if self._lock_mode:
+            self._lock_held = current["lock_held"]
+            if self._lock_mode == "probe":
+                self._lock_reentered = current["lock_held"]  # held although this call gave its own take back
+            self._lock_waited += current.get("lock_waited") or 0.0
+            self._lock_taken_over = current.get("lock_taken_over") or self._lock_taken_over
+        return current
+
+    def _give_lock_back(self, task_vars):
+        """Give back the lock this task holds (on a failure too); False when that did not work."""
+        if not self._lock_held or self._lock_reentered:
+            return True
+        try:
+            released = self._execute_module(module_name=LOCK_MODULE, task_vars=task_vars, module_args=dict(
+                path=self._lock["path"], owner=self._lock["owner"], state="released"))
+        except Exception:  # pylint: disable=broad-except  # an unreachable node: the role's `always` tries again
+            return False
+        if released.get("failed"):
+            return False
+        self._lock_held = False
+        return True
+
+    def _finish(self, args, target, plan, task_vars, dump_cmd):
+        """Check the planned edit against containerd, write it (not in check mode) and say what was done."""
+        path = args["path"]
+        current, dump, files, globs, edit = plan
         validated, effective_changes, warnings = self._guard(args, edit, files, globs, current, dump, task_vars,
                                                              dump_cmd)
         written = self._write(args, edit, files, current, task_vars)
@@ -118,6 +204,7 @@ class ActionModule(ValidatedAction):
 
     def _read_included(self, task_vars, path, patterns, globs):
         """The node's copies of the files `patterns` name; glob answers are kept for the guard."""
+        self._refuse_reads_beyond_probe()
         included = self._node(task_vars, op="read", path=path, include=patterns)["included"]
         for answer in included:
             if "*" in answer["pattern"]:
@@ -126,12 +213,18 @@ class ActionModule(ValidatedAction):
 
     def _refuse_unimported_drop_in(self, args, files, task_vars):
         """A drop_in file that exists but that containerd does not load is not ours to take over silently."""
+        self._refuse_reads_beyond_probe()
         found = self._node(task_vars, op="read", path=files.root.path, include=[args["drop_in"]])["included"]
         if found and found[0]["files"] and found[0]["files"][0]["exists"]:
             raise ConfigError(
                 "drop_in %s exists, but %s does not import it (containerd loads: %s). Add it to `imports` or "
                 "remove it, and run again. The files were left unchanged."
                 % (args["drop_in"], files.root.path, ", ".join(files.paths())))
+
+    def _refuse_reads_beyond_probe(self):
+        """Files read after the first call's lock was given back could belong to another run's state."""
+        if self._lock_mode == "probe":
+            raise _NeedsHeldLock()
 
     def _write(self, args, edit, files, current, task_vars):
         """Write every changed file (imported files before the root that names them, removals last)."""
@@ -152,11 +245,14 @@ class ActionModule(ValidatedAction):
 
     def _resolve_target(self, args, task_vars):
         """(runtime instance kubelet uses or None, file to edit): incident I2 is why this exists."""
-        facts = self._execute_module(module_name=FACTS_MODULE, module_args={"gather": ["runtimes", "kubelet", "target"]},
-                                     task_vars=task_vars)
-        if facts.get("failed"):
-            raise AnsibleActionFail(facts.get("msg", "%s failed" % FACTS_MODULE), result=facts)
-        node = facts["ansible_facts"]["gpu_node"]
+        if args["discovered"] is not None:
+            node = discovered_node(args["discovered"])
+        else:
+            facts = self._execute_module(module_name=FACTS_MODULE, task_vars=task_vars,
+                                         module_args={"gather": ["runtimes", "kubelet", "target"]})
+            if facts.get("failed"):
+                raise AnsibleActionFail(facts.get("msg", "%s failed" % FACTS_MODULE), result=facts)
+            node = facts["ansible_facts"]["gpu_node"]
         target, reason = node.get("target"), node.get("target_reason")
         if args["path"] is None:
             if target is None:
@@ -583,6 +679,39 @@ def unexpected_error_message(path, exc, written=False):
             "gpunode.nvidia.containerd_runtime: please report it with the task's arguments and the containerd "
             "version (the file itself may hold credentials: attach it only with secrets removed)."
             % (path or DEFAULT_PATH, type(exc).__name__, state))
+
+
+DISCOVERED_FORM = ("discovered takes the registered result of a gpunode.nvidia.gpu_node_facts task of this run "
+                   "on this node, with gather: [runtimes, kubelet, target]")
+
+
+def discovered_node(discovered):
+    """The node's discovery from option `discovered`: what the role's own gpu_node_facts task found in this run.
+
+    Only a registered result is taken, never ansible_facts: those may come from an earlier run or a fact
+    cache, and must never choose the containerd instance whose config is edited."""
+    if discovered.get("skipped"):
+        raise ConfigError("%s, but that task was skipped: leave discovered unset, and this task discovers the "
+                          "node itself." % DISCOVERED_FORM)
+    if discovered.get("failed"):
+        raise ConfigError("%s, but that task failed: %s" % (DISCOVERED_FORM, mask_text(str(discovered.get("msg")))))
+    facts = discovered.get("ansible_facts")
+    node = facts.get("gpu_node") if isinstance(facts, dict) else None
+    if not isinstance(node, dict):
+        raise ConfigError("%s; the value given has no ansible_facts.gpu_node (keys: %s)."
+                          % (DISCOVERED_FORM, ", ".join(sorted(str(key) for key in discovered)) or "none"))
+    missing = [key for key in ("root", "runtimes", "target", "target_reason") if key not in node]
+    if missing:
+        raise ConfigError("%s; its gpu_node lacks %s." % (DISCOVERED_FORM, ", ".join(missing)))
+    if not isinstance(node["root"], str) or posixpath.normpath(node["root"]) != "/":
+        raise ConfigError("%s; that task read the tree at %s (root), not the live node." % (DISCOVERED_FORM,
+                                                                                            node["root"]))
+    target = node["target"]
+    if (not isinstance(node["runtimes"], list) or not all(isinstance(item, dict) for item in node["runtimes"])
+            or not (target is None or (isinstance(target, dict) and isinstance(target.get("kind"), str)))):
+        raise ConfigError("%s; its gpu_node.runtimes (a list of instances) or gpu_node.target (an instance with "
+                          "a kind, or null) has another form." % DISCOVERED_FORM)
+    return node
 
 
 def _platform_writes_config(target):

@@ -14,11 +14,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
-import tempfile
 
-
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction, write_atomically
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_report import (
     build_report, render_console, render_html)
 
@@ -30,17 +27,6 @@ ARGUMENT_SPEC = dict(
     html_path=dict(type="path"),
     console_width=dict(type="int", default=100),
 )
-
-
-def write_atomically(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-    handle, temp = tempfile.mkstemp(prefix=".diagnose-", dir=directory)
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.chmod(temp, 0o644)
-    os.rename(temp, path)
 
 
 class ActionModule(ValidatedAction):

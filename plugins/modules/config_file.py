@@ -28,6 +28,8 @@ description:
   - C(op=write) replaces O(path) atomically (temp file in the same directory, fsync, rename),
     keeping owner, mode and SELinux context, optionally with a backup; it refuses to write when the
     file changed since it was read (O(expected_sha256)).
+  - With O(lock), the call takes the node lock first (the lock of M(gpunode.nvidia.node_lock)), so
+    that reading a config and planning its change costs no round trip of its own for the lock.
   - Needs only the Python standard library on the node.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
@@ -89,6 +91,35 @@ options:
     description: Mode of a file that does not exist yet. An existing file keeps its mode.
     type: raw
     default: "0644"
+  lock:
+    description:
+      - Take the node lock before anything else, as M(gpunode.nvidia.node_lock) does (same lease file,
+        owner and waiting), and give it back before the call returns, unless O(keep_lock=true).
+      - A failing call always gives back a lock it took. A lock its owner held before the call is left held.
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        default: /run/lock/gpunode-nvidia.lock
+      owner:
+        description: Who takes the lock (one name per run).
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait for another owner's lock; then the call fails naming the holder.
+        type: int
+        default: 600
+      stale_after:
+        description: Seconds after which another owner's lock is considered abandoned.
+        type: int
+        default: 3600
+  keep_lock:
+    description:
+      - With O(lock), keep holding the lock when the call succeeds (RV(lock_held)), for a write and a restart
+        that follow; give it back later with O(gpunode.nvidia.node_lock#module:state=released).
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -162,6 +193,18 @@ backup_file:
   description: The backup made by O(op=write).
   returned: when a backup was made
   type: str
+lock_held:
+  description: Whether the owner of O(lock) holds the node lock after the call.
+  returned: when O(lock) was given
+  type: bool
+lock_waited:
+  description: Seconds spent waiting for another owner's lock.
+  returned: when O(lock) was given
+  type: float
+lock_taken_over:
+  description: The owner of a stale lock that was taken over.
+  returned: when a stale lock was taken over
+  type: str
 """
 
 import os
@@ -178,6 +221,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     sha256_bytes,
     write_temp_beside,
 )
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, run_holding
 
 SBIN_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin"]
 
@@ -289,16 +333,22 @@ def main():
             expected_sha256=dict(type="str", no_log=False),
             backup=dict(type="bool", default=False),
             mode=dict(type="raw", default="0644"),
+            lock=dict(type="dict", options=LOCK_OPTIONS),
+            keep_lock=dict(type="bool", default=False),
         ),
         required_if=[("op", "check", ["content", "command"]), ("op", "write", ["content"])],
         supports_check_mode=True,
     )
     try:
-        run(module)
+        if module.params["lock"]:
+            result = run_holding(module, module.params["lock"], run, lambda _result: module.params["keep_lock"])
+        else:
+            result = run(module)
     except Exception as exc:  # a bug must not reach the user as a traceback (nor show file content)
         module.fail_json(msg="%s: unexpected %s in gpunode.nvidia.config_file; the file was left unchanged. "
                              "This is a bug: please report it with the task's arguments (not the file content)."
                              % (module.params["path"], type(exc).__name__))
+    module.exit_json(**result)
 
 
 def run(module):
@@ -335,7 +385,7 @@ def run(module):
         remove(module, params, current, result)
     else:
         write(module, params, current, result)
-    module.exit_json(**result)
+    return result
 
 
 def write(module, params, current, result):

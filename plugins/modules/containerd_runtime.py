@@ -36,6 +36,13 @@ description:
     standard library (M(gpunode.nvidia.config_file) does the node side).
   - Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and
     SELinux context. Values of credential keys are masked in the diff and in returned values.
+  - B(Node lock.) With O(lock), the call that reads the config takes the node lock of
+    M(gpunode.nvidia.node_lock) and gives it back in the same call. When the plan changes nothing, or in
+    check mode, that is all (one module call in all with O(discovered)). A change is planned again from a
+    second read that keeps the lock, then checked and written; the lock stays held (RV(lock_held)) for the
+    restart and the checks after it, and is given back with O(gpunode.nvidia.node_lock#module:state=released).
+    When the config imports other files, they are read under a held lock too, given back by the task when
+    nothing changes. A failing task gives back the lock it took.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -113,6 +120,42 @@ options:
         fails, since a default runtime whose binary is missing breaks every pod (field guide incident I5).
     type: bool
     default: false
+  discovered:
+    description:
+      - The registered result of a M(gpunode.nvidia.gpu_node_facts) task of this run on this node, with
+        C(gather) including C(runtimes), C(kubelet) and C(target) (and C(root=/)). The task then uses that
+        discovery to pick the containerd instance and its file instead of discovering the node again (one
+        module call less).
+      - Pass the registered variable, never C(ansible_facts.gpu_node) (facts may come from an earlier run or a
+        fact cache). A skipped or failed result, or one of another form, fails the task naming what is wrong.
+      - Unset, the task discovers the node itself.
+    type: dict
+  lock:
+    description:
+      - Take the node lock (the lease file of M(gpunode.nvidia.node_lock), with the same owner, waiting and
+        stale takeover) in the call that reads the config, as the description says. The task fails naming the holder
+        when another owner keeps it longer than O(lock.timeout).
+      - When RV(lock_held) is true (the config was written), give the lock back after restarting containerd,
+        with O(gpunode.nvidia.node_lock#module:state=released) and the same owner.
+      - Do not also take it with M(gpunode.nvidia.node_lock) under another owner (the task would wait for it).
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        default: /run/lock/gpunode-nvidia.lock
+      owner:
+        description: Who takes the lock (one name per run).
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait for another owner's lock.
+        type: int
+        default: 600
+      stale_after:
+        description: Seconds after which another owner's lock is considered abandoned.
+        type: int
+        default: 3600
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -152,6 +195,19 @@ EXAMPLES = r"""
 - name: Remove it again (the default falls back to runc)
   gpunode.nvidia.containerd_runtime:
     state: absent
+
+- name: Find the runtime kubelet uses
+  gpunode.nvidia.gpu_node_facts:
+    gather: [runtimes, kubelet, target]
+  register: discovery
+
+- name: Configure it under the node lock, with that discovery (one module call when nothing changes)
+  gpunode.nvidia.containerd_runtime:
+    discovered: "{{ discovery }}"
+    lock:
+      owner: "{{ run_owner }}"
+  register: edit
+  notify: Restart containerd and give the node lock back
 """
 
 RETURN = r"""
@@ -244,9 +300,25 @@ diff:
   returned: when changed
   type: list
   elements: dict
+lock_held:
+  description:
+    - Whether the owner of O(lock) holds the node lock after the task (true when the config was written, not in
+      check mode); then give it back after the restart.
+  returned: when O(lock) was given
+  type: bool
+lock_waited:
+  description: Seconds spent waiting for another owner's lock.
+  returned: when O(lock) was given
+  type: float
+lock_taken_over:
+  description: The owner of a stale lock that was taken over.
+  returned: when a stale lock was taken over
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS
 
 # The same options as the action plugin validates (tests/unit/test_module_docs.py keeps them equal),
 # so that the documentation is checked against them.
@@ -263,6 +335,8 @@ ARGUMENT_SPEC = dict(
     allow_missing_binary=dict(type="bool", default=False),
     allow_path_mismatch=dict(type="bool", default=False),
     drop_in=dict(type="path"),
+    discovered=dict(type="dict"),
+    lock=dict(type="dict", options=LOCK_OPTIONS),
 )
 
 

@@ -119,6 +119,31 @@ options:
         drop-ins and environment files for conflicting flags (for a mounted image, or tests).
     type: path
     default: /
+  lock:
+    description:
+      - Take the node lock (the lease file of M(gpunode.nvidia.node_lock), with the same owner, waiting and
+        stale takeover) before reading O(path), in this same call. It is given back before the task ends
+        unless the file was written (RV(lock_held)); then give it back after the restart and the checks, with
+        O(gpunode.nvidia.node_lock#module:state=released). Check mode and a failing task never leave it held.
+      - The task fails naming the holder when another owner keeps it longer than O(lock.timeout).
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        default: /run/lock/gpunode-nvidia.lock
+      owner:
+        description: Who takes the lock (one name per run).
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait for another owner's lock.
+        type: int
+        default: 600
+      stale_after:
+        description: Seconds after which another owner's lock is considered abandoned.
+        type: int
+        default: 3600
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -200,6 +225,18 @@ dockerd_version:
   description: Version of O(dockerd_binary) (for example C(26.1.5+dfsg1)), or null when not found.
   returned: always
   type: str
+lock_held:
+  description: Whether the owner of O(lock) holds the node lock after the task (true when the file was written).
+  returned: when O(lock) was given
+  type: bool
+lock_waited:
+  description: Seconds spent waiting for another owner's lock.
+  returned: when O(lock) was given
+  type: float
+lock_taken_over:
+  description: The owner of a stale lock that was taken over.
+  returned: when a stale lock was taken over
+  type: str
 """
 
 import os
@@ -215,6 +252,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     write_temp_beside,
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
 
 SEARCH_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"]
@@ -402,12 +440,13 @@ ARGUMENT_SPEC = dict(
     validate=dict(type="bool", default=True),
     dockerd_binary=dict(type="str", default="dockerd"),
     systemd_root=dict(type="path", default="/"),
+    lock=dict(type="dict", options=LOCK_OPTIONS),
 )
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    run_and_exit(module, "docker_runtime", module.params["path"], run_module)
+    run_and_exit(module, "docker_runtime", module.params["path"], under_lock_option(run_module))
 
 
 if __name__ == "__main__":

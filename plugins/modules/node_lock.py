@@ -23,6 +23,9 @@ description:
     beside it (O(path) plus C(.guard), never removed), so two runs that find the same stale lease
     cannot both take it over, and staleness is checked again while the guard is held.
   - "It reports C(changed=false): the lock is bookkeeping, not a change to the node."
+  - M(gpunode.nvidia.containerd_runtime), M(gpunode.nvidia.docker_runtime), M(gpunode.nvidia.crio_runtime) and
+    M(gpunode.nvidia.config_file) take the same lock in the call that reads the config (their C(lock) option),
+    which saves the round trips of this module where nothing changes; this module gives it back after a write.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -82,120 +85,15 @@ taken_over:
   type: str
 """
 
-import fcntl
-import json
-import os
-import tempfile
-import time
-from contextlib import contextmanager
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import (
+    LOCK_OPTIONS, acquire, release, timeout_message)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
 
-# Beside the lock, never removed: every change to the lock happens while holding an
-# flock on it, so two runs that find the same stale lock cannot both take it over.
-GUARD_SUFFIX = ".guard"
-
-
-@contextmanager
-def guarded(path):
-    """Hold an exclusive flock on the lock's guard file (released when the block ends)."""
-    fd = os.open(path + GUARD_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing drops the flock
-
-
-def read_lock(path):
-    """The lease as a dict; None when there is none; {} when unreadable (treated by its age)."""
-    try:
-        with open(path) as handle:
-            lease = json.load(handle)
-    except (IOError, OSError):
-        return None if not os.path.exists(path) else {"since": _mtime(path)}
-    except ValueError:
-        return {"since": _mtime(path)}
-    return lease if isinstance(lease, dict) else {"since": _mtime(path)}
-
-
-def _mtime(path):
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0
-
-
-def write_lock(path, owner):
-    """Replace the lease atomically: readers see the old one or the new one, never half of it."""
-    fd, temp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"owner": owner, "since": time.time(), "pid": os.getpid()}, handle)
-        os.chmod(temp, 0o644)
-        os.rename(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
-
-
-def _since(lease):
-    since = lease.get("since", 0)
-    return since if isinstance(since, (int, float)) else 0
-
-
-def try_take(path, owner, stale_after, clock):
-    """One attempt, under the guard: (taken, lease found, whether it was stale)."""
-    with guarded(path):
-        current = read_lock(path)
-        if current is None:
-            write_lock(path, owner)
-            return True, None, False
-        if current.get("owner") == owner:
-            return True, current, False
-        if clock() - _since(current) > stale_after:
-            write_lock(path, owner)  # still stale while we hold the guard: nobody else took it
-            return True, current, True
-        return False, current, False
-
-
-def acquire(path, owner, timeout, stale_after, sleep=time.sleep, clock=time.time):
-    """Return (held_by, waited, taken_over)."""
-    directory = os.path.dirname(path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    start = clock()
-    while True:
-        taken, current, stale = try_take(path, owner, stale_after, clock)
-        if taken:
-            return owner, clock() - start, current.get("owner") if stale else None
-        if clock() - start >= timeout:
-            raise TimeoutError("lock %s is held by %s since %s; waited %ds" % (
-                path, current.get("owner"), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(_since(current))),
-                timeout))
-        sleep(1)
-
-
-def release(path, owner):
-    """Give the lock back when owner holds it; return who holds it afterwards."""
-    if not os.path.exists(path):
-        return None
-    with guarded(path):
-        current = read_lock(path)
-        if current and current.get("owner") == owner:
-            os.unlink(path)
-            return None
-        return current.get("owner") if current else None
-
-
 ARGUMENT_SPEC = dict(
-    path=dict(type="path", default="/run/lock/gpunode-nvidia.lock"),
-    owner=dict(type="str", required=True),
+    LOCK_OPTIONS,
     state=dict(type="str", choices=["acquired", "released"], default="acquired"),
-    timeout=dict(type="int", default=600),
-    stale_after=dict(type="int", default=3600),
 )
 
 
@@ -204,14 +102,12 @@ def run_module(module):
     if params["state"] == "released":
         return dict(changed=False, held_by=release(params["path"], params["owner"]), waited=0.0)
     try:
-        held_by, waited, taken_over = acquire(params["path"], params["owner"], params["timeout"],
-                                              params["stale_after"])
+        lease = acquire(params["path"], params["owner"], params["timeout"], params["stale_after"])
     except TimeoutError as exc:
-        fail(module, "%s. Another run is changing this node's container runtime; retry when it is "
-                     "done, or remove the lock file if that run is gone." % exc)
-    result = dict(changed=False, held_by=held_by, waited=round(waited, 1))
-    if taken_over:
-        result["taken_over"] = taken_over
+        fail(module, timeout_message(exc))
+    result = dict(changed=False, held_by=lease.held_by, waited=round(lease.waited, 1))
+    if lease.taken_over:
+        result["taken_over"] = lease.taken_over
     return result
 
 

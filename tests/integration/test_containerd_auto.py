@@ -5,6 +5,7 @@ Two real private containerd daemons run side by side; a STAND-IN kubelet process
 module, left to discover, must edit the first one's file only; given the second's file
 explicitly, it must refuse and name both.
 """
+import json
 import os
 import socket
 import subprocess
@@ -69,3 +70,25 @@ def test_auto_mode_configures_the_instance_kubelet_uses(release, private_contain
     assert "nvidia" in cri.runtimes_from_status(used.client().status(verbose=True))
     assert "nvidia" not in cri.runtimes_from_status(other.client().status(verbose=True))
     assert other.read_config() == other_before
+
+
+def test_discovery_passed_in_and_lock_taken_in_the_read_call(private_containerd, kubelet_on, tmp_path):
+    """The role's way: its own gpu_node_facts result as `discovered`, the node lock in the module's read call."""
+    used, other = private_containerd("bookworm"), private_containerd("bookworm")
+    used.start(used.minimal_config())
+    other.start(other.minimal_config())
+    kubelet_on(used)
+    discovery = run_module("gpunode.nvidia.gpu_node_facts", {"gather": ["runtimes", "kubelet", "target"]})
+    lock = str(tmp_path / "gpunode-nvidia.lock")
+    args = {"binary": daemons.STANDIN_RUNTIME, "discovered": discovery, "lock": {"path": lock, "owner": "run-1"}}
+
+    checked = run_module("gpunode.nvidia.containerd_runtime", args, check=True)
+    assert checked["changed"] and checked["lock_held"] is False and not os.path.exists(lock), checked
+    result = run_module("gpunode.nvidia.containerd_runtime", args)
+    assert result["changed"] and result["validated"] and result["path"] == used.config_path, result
+    assert result["lock_held"] is True and json.load(open(lock))["owner"] == "run-1"
+    os.unlink(lock)  # the role gives it back after the restart
+    used.restart()
+    again = run_module("gpunode.nvidia.containerd_runtime", args)
+    assert not again["changed"] and again["lock_held"] is False and not os.path.exists(lock), again
+    assert "nvidia" in cri.runtimes_from_status(used.client().status(verbose=True))

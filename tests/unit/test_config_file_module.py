@@ -1,5 +1,6 @@
 """gpunode.nvidia.config_file (node side): no traceback ever reaches the user."""
 import json
+import time
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -26,3 +27,37 @@ def test_unexpected_exception_is_a_failure_naming_the_file(capsys, tmp_path, mon
     assert result["msg"].startswith("%s: unexpected ValueError" % path)
     assert "bug" in result["msg"] and "s3cr3t" not in result["msg"]
     assert path.read_text() == 'password = "s3cr3t"\n'
+
+
+def lock_holder(lock):
+    return json.loads(lock.read_text())["owner"] if lock.exists() else None
+
+
+def test_read_under_the_lock_gives_it_back_in_the_same_call(capsys, tmp_path):
+    path, lock = tmp_path / "config.toml", tmp_path / "lock"
+    path.write_text("version = 2\n")
+    result = run(capsys, path=str(path), op="read", lock={"path": str(lock), "owner": "run-1"})
+    assert result["content"] == "version = 2\n" and result["lock_held"] is False
+    assert lock_holder(lock) is None
+
+
+def test_read_that_keeps_the_lock(capsys, tmp_path):
+    path, lock = tmp_path / "config.toml", tmp_path / "lock"
+    result = run(capsys, path=str(path), op="read", lock={"path": str(lock), "owner": "run-1"}, keep_lock=True)
+    assert result["exists"] is False and result["lock_held"] is True
+    assert lock_holder(lock) == "run-1"
+
+
+def test_failing_call_gives_the_lock_back_even_when_asked_to_keep_it(capsys, tmp_path):
+    lock = tmp_path / "lock"
+    result = run(capsys, path=str(tmp_path), op="read", lock={"path": str(lock), "owner": "run-1"}, keep_lock=True)
+    assert result["failed"] and "is a directory" in result["msg"]
+    assert lock_holder(lock) is None
+
+
+def test_lock_held_by_another_run_fails_naming_it(capsys, tmp_path):
+    path, lock = tmp_path / "config.toml", tmp_path / "lock"
+    lock.write_text(json.dumps({"owner": "other-operator", "since": time.time()}))
+    result = run(capsys, path=str(path), op="read", lock={"path": str(lock), "owner": "run-1", "timeout": 0})
+    assert result["failed"] and "held by other-operator" in result["msg"]
+    assert lock_holder(lock) == "other-operator"

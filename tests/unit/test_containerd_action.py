@@ -34,14 +34,26 @@ K3S = {"kind": "containerd", "platform": "k3s", "selected_by": "kubelet", "edit_
 DOCKER = {"kind": "docker", "platform": "docker", "selected_by": "kubelet", "socket": "/var/run/cri-dockerd.sock"}
 
 
-@pytest.fixture
-def resolve(action):
+def discovery(target, runtimes=None):
+    """gpu_node_facts' registered result, as the role's discovery task leaves it."""
+    facts = {"root": "/", "target": target, "target_reason": "kubelet's endpoint", "kubelet": {},
+             "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
+    return {"changed": False, "ansible_facts": {"gpu_node": facts}}
+
+
+@pytest.fixture(params=["own discovery", "discovered"])
+def resolve(action, request):
+    """Both ways give the same answer: the task's own discovery, and the role's passed as `discovered`."""
     def resolve_target(path, target, runtimes=None, allow=False):
         plugin = action.ActionModule.__new__(action.ActionModule)
-        facts = {"target": target, "target_reason": "kubelet's endpoint",
-                 "runtimes": runtimes if runtimes is not None else ([target] if target else [])}
-        plugin._execute_module = lambda **kw: {"ansible_facts": {"gpu_node": facts}}
-        return plugin._resolve_target({"path": path, "allow_path_mismatch": allow}, {})
+        found = discovery(target, runtimes)
+        passed = found if request.param == "discovered" else None
+
+        def execute_module(**kwargs):
+            assert passed is None, "discovered was given: the node must not be asked again"
+            return found
+        plugin._execute_module = execute_module
+        return plugin._resolve_target({"path": path, "allow_path_mismatch": allow, "discovered": passed}, {})
     return resolve_target
 
 
@@ -287,3 +299,190 @@ def test_unexpected_exception_becomes_a_failure_naming_the_file_without_its_cont
     assert result["msg"].startswith("/etc/containerd/config.toml: unexpected KeyError")
     assert "bug" in result["msg"] and "left unchanged" in result["msg"]
     assert "s3cr3t" not in result["msg"]
+
+
+# ---------------------------------------------------------------- discovery passed in, node lock in the read call
+
+KUBEADM = {"kind": "containerd", "platform": "kubeadm", "selected_by": "kubelet", "edit_mode": "main",
+           "config_path": ROOT, "edit_path": ROOT, "socket": "/run/containerd/containerd.sock"}
+BINARY = "/usr/bin/nvidia-container-runtime"
+PLAIN = """version = 2
+
+[%(p)s.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+""" % {"p": V2}
+LOCK = {"path": "/run/lock/gpunode-nvidia.lock", "owner": "controller:2026-11-24T10:00:00", "timeout": 600,
+        "stale_after": 3600}
+
+
+class StandInNode:
+    """STAND-IN for a node: config_file's read and write, and node_lock's release, on files and a lock held here.
+    Records every module call (one call = one round trip to the node)."""
+
+    def __init__(self, files, lock=None):
+        self.files = dict(files)
+        self.lock = lock
+        self.calls = []
+        self.fail_writes = False
+
+    def __call__(self, module_name, module_args, task_vars=None, **_kwargs):
+        name = module_name.rsplit(".", 1)[-1]
+        self.calls.append((name, dict(module_args)))
+        if name == "node_lock":
+            assert module_args["state"] == "released"
+            if self.lock == module_args["owner"]:
+                self.lock = None
+            return {"changed": False, "held_by": self.lock}
+        assert name == "config_file", "%s was called: the discovery passed in must be used" % name
+        lock = module_args.get("lock")
+        if not lock:
+            return self._config_file(module_args)
+        if self.lock not in (None, lock["owner"]):
+            return {"failed": True, "msg": "lock %s is held by %s" % (lock["path"], self.lock)}
+        reentered = self.lock == lock["owner"]
+        self.lock = lock["owner"]
+        result = self._config_file(module_args)
+        if not reentered and (result.get("failed") or not module_args.get("keep_lock")):
+            self.lock = None
+        result.update(lock_held=self.lock == lock["owner"], lock_waited=0.0)
+        return result
+
+    def _config_file(self, args):
+        text = self.files.get(args["path"])
+        sha = self.sha256(args["path"])
+        if args["op"] == "write":
+            if self.fail_writes or args["expected_sha256"] != sha:
+                return {"failed": True, "msg": "%s: write failed" % args["path"]}
+            self.files[args["path"]] = args["content"]
+            return {"changed": True}
+        assert args["op"] == "read", args
+        result = {"exists": text is not None, "content": text or "", "sha256": sha, "file_mode": "0644",
+                  "paths": dict((p, p == BINARY) for p in args.get("exists") or [])}
+        if args.get("binary"):
+            result.update(binary_path="/usr/bin/containerd", binary_version=CTRD_17)
+        if args.get("include"):
+            result["included"] = [
+                {"pattern": p, "files": [{"path": p, "exists": p in self.files, "content": self.files.get(p, ""),
+                                          "sha256": self.sha256(p)}]} for p in args["include"]]
+        return result
+
+    def sha256(self, path):
+        import hashlib
+        return hashlib.sha256(self.files[path].encode()).hexdigest() if path in self.files else ""
+
+    def names(self):
+        return [name for name, _args in self.calls]
+
+
+@pytest.fixture
+def task(action, monkeypatch):
+    from ansible.playbook.task import Task
+    monkeypatch.setattr(action.ValidatedAction, "run", lambda self, tmp=None, task_vars=None: {})
+
+    def run_task(node, check_mode=False, **args):
+        plugin = action.ActionModule.__new__(action.ActionModule)
+        plugin._task = Task()
+        plugin._task.args = dict(dict(binary=BINARY, validate=False, discovered=discovery(KUBEADM), lock=LOCK), **args)
+        plugin._task.check_mode = check_mode
+        plugin._execute_module = node
+        return plugin.run(task_vars={})
+    return run_task
+
+
+def test_run_that_changes_nothing_is_one_call_and_leaves_no_lock(task):
+    node = StandInNode({ROOT: PLAIN})
+    first = task(node)
+    assert first["changed"] and first["lock_held"] is True and node.lock == LOCK["owner"]
+    node.lock = None  # given back by the role after the restart
+    node.calls = []
+    again = task(node)
+    assert not again["changed"] and again["lock_held"] is False and node.lock is None
+    assert node.names() == ["config_file"]
+    assert node.calls[0][1]["lock"] == LOCK and node.calls[0][1]["keep_lock"] is False
+
+
+def test_change_is_planned_again_under_a_kept_lock_and_written(task):
+    node = StandInNode({ROOT: PLAIN})
+    result = task(node)
+    reads = [args for name, args in node.calls if args.get("op") == "read"]
+    assert [args["keep_lock"] for args in reads] == [False, True]
+    assert node.names()[-1] == "config_file" and node.calls[-1][1]["op"] == "write"
+    assert "node_lock" not in node.names()  # kept for the restart: the role gives it back
+    assert result["lock_held"] is True and node.lock == LOCK["owner"] and "runtimes.nvidia" in node.files[ROOT]
+
+
+def test_check_mode_reads_under_the_lock_and_never_keeps_it(task):
+    node = StandInNode({ROOT: PLAIN})
+    result = task(node, check_mode=True)
+    assert result["changed"] and result["lock_held"] is False and node.lock is None
+    assert node.names() == ["config_file"] and node.files[ROOT] == PLAIN
+
+
+def test_failed_write_gives_the_kept_lock_back(task):
+    from ansible.errors import AnsibleActionFail
+    node = StandInNode({ROOT: PLAIN})
+    node.fail_writes = True
+    with pytest.raises(AnsibleActionFail, match="write failed"):
+        task(node)
+    assert node.names()[-1] == "node_lock" and node.lock is None
+
+
+def test_refused_edit_leaves_no_lock(task):
+    node = StandInNode({ROOT: PLAIN})
+    result = task(node, set_as_default=True, binary="/nonexistent/runtime")
+    assert result["failed"] and "refusing to make 'nvidia' the default runtime" in result["msg"]
+    assert result["lock_held"] is False and node.lock is None and node.names() == ["config_file"]
+
+
+def test_config_with_imports_is_read_again_under_a_held_lock(task):
+    main = PLAIN.replace("version = 2\n", 'version = 2\nimports = ["%s"]\n' % NVIDIA_FILE)
+    node = StandInNode({ROOT: main, NVIDIA_FILE: NVIDIA})
+    assert task(node)["changed"]
+    node.lock, node.calls = None, []
+    result = task(node)
+    assert not result["changed"] and result["lock_held"] is False and node.lock is None
+    reads = [(args.get("keep_lock"), args.get("include")) for name, args in node.calls if name == "config_file"]
+    # the first read's lock was given back before the import could be read: read again, keeping it
+    assert reads == [(False, None), (True, None), (None, [NVIDIA_FILE])]
+    assert node.names()[-1] == "node_lock"
+
+
+def test_lock_held_before_the_task_is_not_given_back(task):
+    main = PLAIN.replace("version = 2\n", 'version = 2\nimports = ["%s"]\n' % NVIDIA_FILE)
+    node = StandInNode({ROOT: main, NVIDIA_FILE: NVIDIA}, lock=LOCK["owner"])
+    result = task(node)
+    assert result["lock_held"] is True and node.lock == LOCK["owner"] and "node_lock" not in node.names()
+
+
+def test_lock_of_another_run_fails_naming_it(task):
+    from ansible.errors import AnsibleActionFail
+    node = StandInNode({ROOT: PLAIN}, lock="other-operator")
+    with pytest.raises(AnsibleActionFail, match="held by other-operator"):
+        task(node)
+    assert node.lock == "other-operator"
+
+
+def test_without_lock_nothing_is_locked(task):
+    node = StandInNode({ROOT: PLAIN})
+    result = task(node, lock=None)
+    assert result["changed"] and "lock_held" not in result and node.lock is None
+    assert all("lock" not in args for _name, args in node.calls)
+
+
+@pytest.mark.parametrize("discovered,message", [
+    ({"skipped": True, "changed": False}, "that task was skipped"),
+    ({"failed": True, "msg": "kubelet unreadable"}, "that task failed: kubelet unreadable"),
+    ({"gpu_node": {"target": None}}, "has no ansible_facts.gpu_node"),
+    ({"ansible_facts": {"gpu_node": {"root": "/", "runtimes": []}}}, "lacks target, target_reason"),
+    ({"ansible_facts": {"gpu_node": dict(discovery(KUBEADM)["ansible_facts"]["gpu_node"], root="/mnt/image")}},
+     "read the tree at /mnt/image"),
+    ({"ansible_facts": {"gpu_node": dict(discovery(KUBEADM)["ansible_facts"]["gpu_node"], target="containerd")}},
+     "has another form"),
+    ({"ansible_facts": {"gpu_node": dict(discovery(KUBEADM)["ansible_facts"]["gpu_node"], runtimes={})}},
+     "has another form"),
+], ids=["skipped", "failed", "facts-not-result", "gather-without-target", "mounted-image", "target-str", "runtimes"])
+def test_malformed_discovery_is_refused_before_the_node_is_touched(task, discovered, message):
+    node = StandInNode({ROOT: PLAIN})
+    result = task(node, discovered=discovered)
+    assert result["failed"] and message in result["msg"] and "gpu_node_facts" in result["msg"]
+    assert node.calls == [] and result["lock_held"] is False

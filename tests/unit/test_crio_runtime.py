@@ -249,3 +249,13 @@ def test_documentation_matches_argument_spec():
         assert doc["options"][name]["type"] == spec["type"], name
     yaml.safe_load(crio_runtime.EXAMPLES)
     yaml.safe_load(crio_runtime.RETURN)
+
+
+def test_lock_kept_only_after_a_write(capsys, crio_dir, binary, tmp_path):
+    lock = tmp_path / "lock"
+    args = dict(common(crio_dir, binary), lock={"path": str(lock), "owner": "run-1"})
+    assert run(capsys, check_mode=True, **args)["lock_held"] is False and not lock.exists()
+    assert run(capsys, **args)["lock_held"] is True and json.loads(lock.read_text())["owner"] == "run-1"
+    lock.unlink()  # given back after the restart, as the role does
+    again = run(capsys, **args)
+    assert not again["changed"] and again["lock_held"] is False and not lock.exists()

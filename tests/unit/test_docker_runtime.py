@@ -627,3 +627,29 @@ def test_unexpected_error_is_a_clean_failure(capsys, daemon_json, tmp_path, monk
     assert result["msg"].startswith("Unexpected error (AttributeError at test_docker_runtime.py:")  # where raised
     assert str(daemon_json) in result["msg"] and "bug" in result["msg"]
     assert daemon_json.read_text() == SEED
+
+
+# --- the node lock, taken in the module's own call ----------------------------
+
+def lock_holder(lock):
+    return json.loads(lock.read_text())["owner"] if lock.exists() else None
+
+
+def test_lock_kept_only_after_a_write(capsys, daemon_json, runtime_binary, tmp_path):
+    lock = tmp_path / "lock"
+    args = dict(path=str(daemon_json), binary=runtime_binary, systemd_root=str(tmp_path),
+                lock={"path": str(lock), "owner": "run-1"})
+    checked = run(capsys, check_mode=True, **args)
+    assert checked["changed"] and checked["lock_held"] is False and lock_holder(lock) is None
+    written = run(capsys, **args)
+    assert written["changed"] and written["lock_held"] is True and lock_holder(lock) == "run-1"
+    lock.unlink()  # given back after the restart, as the role does
+    again = run(capsys, **args)
+    assert not again["changed"] and again["lock_held"] is False and lock_holder(lock) is None
+
+
+def test_refused_edit_gives_the_lock_back(capsys, daemon_json, tmp_path):
+    lock = tmp_path / "lock"
+    result = run(capsys, path=str(daemon_json), binary="/nonexistent/nvidia-container-runtime", set_as_default=True,
+                 systemd_root=str(tmp_path), lock={"path": str(lock), "owner": "run-1"})
+    assert result["failed"] and result["msg"].startswith("Refusing") and lock_holder(lock) is None
