@@ -13,14 +13,14 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEGIN = "<!-- BEGIN VARIABLES: generated from meta/argument_specs.yml by tests/tools/role_readme.py -->"
 END = "<!-- END VARIABLES -->"
-MARKUP = re.compile(r"\b([CVOIB])\(([^)]*)\)")
+MARKUP = re.compile(r"\b([CVOIBM])\(([^)]*)\)")
 
 
 def plain(text):
     """Ansible doc markup (C(x), O(x), V(x)...) as Markdown, on one table line."""
     if isinstance(text, list):
         text = " ".join(text)
-    text = MARKUP.sub(lambda m: "`%s`" % m.group(2) if m.group(1) in "COV" else m.group(2), str(text))
+    text = MARKUP.sub(lambda m: "`%s`" % m.group(2) if m.group(1) in "COVM" else m.group(2), str(text))
     return " ".join(text.split()).replace("|", "\\|")
 
 
