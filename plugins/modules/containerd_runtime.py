@@ -130,32 +130,8 @@ options:
         fact cache). A skipped or failed result, or one of another form, fails the task naming what is wrong.
       - Unset, the task discovers the node itself.
     type: dict
-  lock:
-    description:
-      - Take the node lock (the lease file of M(gpunode.nvidia.node_lock), with the same owner, waiting and
-        stale takeover) in the call that reads the config, as the description says. The task fails naming the holder
-        when another owner keeps it longer than O(lock.timeout).
-      - When RV(lock_held) is true (the config was written), give the lock back after restarting containerd,
-        with O(gpunode.nvidia.node_lock#module:state=released) and the same owner.
-      - Do not also take it with M(gpunode.nvidia.node_lock) under another owner (the task would wait for it).
-    type: dict
-    suboptions:
-      path:
-        description: The lock file.
-        type: path
-        default: /run/lock/gpunode-nvidia.lock
-      owner:
-        description: Who takes the lock (one name per run).
-        type: str
-        required: true
-      timeout:
-        description: Seconds to wait for another owner's lock.
-        type: int
-        default: 600
-      stale_after:
-        description: Seconds after which another owner's lock is considered abandoned.
-        type: int
-        default: 3600
+extends_documentation_fragment:
+  - gpunode.nvidia.node_lock
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.

@@ -74,31 +74,8 @@ options:
     description: Keep a timestamped copy of the previous drop-in when it changes or is removed.
     type: bool
     default: false
-  lock:
-    description:
-      - Take the node lock (the lease file of M(gpunode.nvidia.node_lock), with the same owner, waiting and
-        stale takeover) before reading O(path), in this same call. It is given back before the task ends
-        unless the file was written (RV(lock_held)); then give it back after the restart and the checks, with
-        O(gpunode.nvidia.node_lock#module:state=released). Check mode and a failing task never leave it held.
-      - The task fails naming the holder when another owner keeps it longer than O(lock.timeout).
-    type: dict
-    suboptions:
-      path:
-        description: The lock file.
-        type: path
-        default: /run/lock/gpunode-nvidia.lock
-      owner:
-        description: Who takes the lock (one name per run).
-        type: str
-        required: true
-      timeout:
-        description: Seconds to wait for another owner's lock.
-        type: int
-        default: 600
-      stale_after:
-        description: Seconds after which another owner's lock is considered abandoned.
-        type: int
-        default: 3600
+extends_documentation_fragment:
+  - gpunode.nvidia.node_lock
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.

@@ -242,7 +242,10 @@ def test_module_file_end_to_end_with_ansible(tmp_path, crio_dir, binary):
 
 def test_documentation_matches_argument_spec():
     import yaml
+    from ansible_collections.gpunode.nvidia.plugins.doc_fragments.node_lock import ModuleDocFragment
     doc = yaml.safe_load(crio_runtime.DOCUMENTATION)
+    assert doc["extends_documentation_fragment"] == ["gpunode.nvidia.node_lock"]
+    doc["options"].update(yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"])
     assert set(doc["options"]) == set(crio_runtime.ARGUMENT_SPEC)
     for name, spec in crio_runtime.ARGUMENT_SPEC.items():
         assert doc["options"][name].get("default") == spec.get("default"), name

@@ -1,0 +1,41 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""The `lock` option of the runtime modules, which take the node lock in the call that reads their file."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    DOCUMENTATION = r"""
+options:
+  lock:
+    description:
+      - Take the node lock (the lease file of M(gpunode.nvidia.node_lock), with the same owner, waiting and
+        stale takeover) before reading the config file, in this same call. It is given back before the task ends
+        unless the file was written (RV(lock_held)); then give it back after the restart and the checks, with
+        O(gpunode.nvidia.node_lock#module:state=released) and the same owner. Check mode and a failing task never
+        leave it held.
+      - The task fails naming the holder when another owner keeps it longer than O(lock.timeout).
+      - Do not also take it with M(gpunode.nvidia.node_lock) under another owner (the task would wait for it).
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        default: /run/lock/gpunode-nvidia.lock
+      owner:
+        description: Who takes the lock (one name per run).
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait for another owner's lock.
+        type: int
+        default: 600
+      stale_after:
+        description: Seconds after which another owner's lock is considered abandoned.
+        type: int
+        default: 3600
+"""
