@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import FileFault
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
 
 
@@ -37,9 +38,11 @@ def unexpected_error(module_name, path):
 
 
 def run_and_exit(module, module_name, path, run):
-    """exit_json with run(module)'s result masked; any unexpected exception becomes a failure."""
+    """exit_json with run(module)'s result masked; a filesystem fault or any unexpected exception becomes a failure."""
     try:
         result = run(module)
+    except FileFault as exc:
+        fail(module, str(exc))
     except Exception:  # pylint: disable=broad-except  # no traceback ever reaches the user
         fail(module, unexpected_error(module_name, path))
     module.exit_json(**mask_data(result))

@@ -212,12 +212,16 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
+    FileFault,
     atomic_write,
+    decode_utf8,
+    editing,
     read_bytes,
+    remove_file,
     sha256_bytes,
     write_temp_beside,
 )
@@ -291,7 +295,7 @@ def read_included(patterns):
             data = read_bytes(name) if not os.path.isdir(name) else None
             files.append({
                 "path": name, "exists": data is not None,
-                "content": to_text(data or b"", errors="surrogate_or_strict"),
+                "content": decode_utf8(name, data or b"", "containerd"),
                 "sha256": sha256_bytes(data) if data is not None else "",
             })
         included.append({"pattern": pattern, "files": files})
@@ -344,6 +348,8 @@ def main():
             result = run_holding(module, module.params["lock"], run, lambda _result: module.params["keep_lock"])
         else:
             result = run(module)
+    except FileFault as exc:
+        module.fail_json(msg=str(exc))
     except Exception as exc:  # a bug must not reach the user as a traceback (nor show file content)
         module.fail_json(msg="%s: unexpected %s in gpunode.nvidia.config_file; the file was left unchanged. "
                              "This is a bug: please report it with the task's arguments (not the file content)."
@@ -368,7 +374,7 @@ def run(module):
         result.update(binary_facts(module, params["binary"]))
 
     if params["op"] == "read":
-        result["content"] = to_text(current or b"", errors="surrogate_or_strict")
+        result["content"] = decode_utf8(path, current or b"", "containerd")
         if params["command"]:
             if current is None:
                 result.update(run_on_content(module, params["command"], path, b""))
@@ -382,10 +388,19 @@ def run(module):
     elif params["op"] == "check":
         result.update(run_on_content(module, params["command"], path, to_bytes(params["content"])))
     elif params["op"] == "remove":
-        remove(module, params, current, result)
+        with editing(module, path):
+            remove(module, params, read_again(path, result), result)
     else:
-        write(module, params, current, result)
+        with editing(module, path):
+            write(module, params, read_again(path, result), result)
     return result
+
+
+def read_again(path, result):
+    """The file's bytes read under its edit lock: the compare with expected_sha256 and the rename are then one step."""
+    current = read_bytes(path)
+    result.update(exists=current is not None, sha256=sha256_bytes(current) if current is not None else "")
+    return current
 
 
 def write(module, params, current, result):
@@ -419,9 +434,9 @@ def remove(module, params, current, result):
     result["changed"] = True
     if module.check_mode:
         return
-    if params["backup"]:
-        result["backup_file"] = module.backup_local(params["path"])
-    os.unlink(params["path"])
+    backup_file = remove_file(module, params["path"], backup=params["backup"])
+    if backup_file:
+        result["backup_file"] = backup_file
     result["sha256"] = ""
 
 

@@ -155,7 +155,13 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config
-from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import atomic_write, read_bytes
+from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
+    atomic_write,
+    check_unchanged,
+    editing,
+    read_bytes,
+    remove_file,
+)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
@@ -179,16 +185,23 @@ def check_request(module):
                  % (params["binary"], params["name"]))
 
 
-def remove(module, path, backup):
-    backup_file = module.backup_local(path) if backup else None
-    os.unlink(path)
-    return backup_file
+def temp_dir(path):
+    """Where the temporary file of a write goes: CRI-O reads every file of its drop-in directory, so not there
+    but in the directory above (same filesystem, else beside the file after all)."""
+    return os.path.dirname(os.path.dirname(os.path.realpath(path)))
 
 
 def run_module(module):
+    check_request(module)
+    # Read, compare and write under the file's edit lock, so a concurrent run plans on this one's result.
+    path = module.params["path"]
+    with editing(module, path, temp_dir(path)):
+        return edit(module)
+
+
+def edit(module):
     params = module.params
     path = params["path"]
-    check_request(module)
     before_bytes = read_bytes(path)
     before = before_bytes.decode("utf-8", "replace") if before_bytes is not None else ""
     foreign = before_bytes is not None and not crio_config.is_managed(before)
@@ -208,10 +221,12 @@ def run_module(module):
     backup_file = None
     if changed and not module.check_mode:
         keep = params["backup"] or foreign
+        check_unchanged(path, before_bytes)
         if present:
-            backup_file = atomic_write(module, path, after.encode("utf-8"), backup=keep, mode=0o644)
+            backup_file = atomic_write(module, path, after.encode("utf-8"), backup=keep, mode=0o644,
+                                       temp_dir=temp_dir(path))
         else:
-            backup_file = remove(module, path, keep)
+            backup_file = remove_file(module, path, keep)
 
     return dict(
         changed=changed,

@@ -225,7 +225,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     atomic_write,
+    check_unchanged,
+    decode_utf8,
+    editing,
     read_bytes,
+    resolve,
     write_temp_beside,
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
@@ -240,17 +244,6 @@ def find_executable(module, name):
     if os.sep in name:
         return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
     return module.get_bin_path(name, opt_dirs=SEARCH_DIRS)
-
-
-def decode(module, path, data):
-    if data is None:
-        return ""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        fail(module, "%s is not UTF-8 text (byte %d, line %d); dockerd cannot read it either. "
-                     "It was left untouched." % (path, exc.start, line))
 
 
 def dockerd_facts(module):
@@ -270,9 +263,9 @@ def dockerd_facts(module):
 
 def validate(module, dockerd, path, data):
     """(accepted, output) of `dockerd --validate` on data written beside path."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(directory):
-        candidate = write_temp_beside(path, data, suffix=".json")
+    target = resolve(path)
+    if os.path.isdir(os.path.dirname(os.path.abspath(target))):
+        candidate = write_temp_beside(target, data, suffix=".json")
     else:  # first install: the directory is created only when the file is written
         fd, candidate = tempfile.mkstemp(suffix=".json")
         with os.fdopen(fd, "wb") as handle:
@@ -348,18 +341,23 @@ def plan(module, path, before_text):
 
 
 def write(module, path, before_bytes, after_bytes):
-    # Someone else may have edited the file while this run computed its change.
-    if read_bytes(path) != before_bytes:
-        fail(module, "%s changed while it was being edited; nothing was written. Run again." % path)
+    # The edit lock keeps this collection's other runs out; anything else may still have edited the file.
+    check_unchanged(path, before_bytes)
     return atomic_write(module, path, after_bytes, backup=module.params["backup"], mode=0o644)
 
 
 def run_module(module):
+    check_request(module)
+    # Read, plan, validate and write under the file's edit lock: a concurrent run waits, then plans on this one's result.
+    with editing(module, module.params["path"]):
+        return edit(module)
+
+
+def edit(module):
     params = module.params
     path = params["path"]
-    check_request(module)
     before_bytes = read_bytes(path)
-    before_text = decode(module, path, before_bytes)
+    before_text = decode_utf8(path, before_bytes, "dockerd") if before_bytes is not None else ""
     after_text, after_data = plan(module, path, before_text)
     changed = after_text != before_text
     check_flags(module, path)

@@ -22,7 +22,7 @@ from ansible.module_utils import _internal
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config, docker_config
+from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config, docker_config, filewrite
 from ansible_collections.gpunode.nvidia.plugins.modules import crio_runtime, docker_runtime
 
 S = "S3NTINEL-7d1e5a"
@@ -234,14 +234,8 @@ def test_docker_unexpected_exception(capsys, outputs, daemon_json, tmp_path, mon
 
 
 def test_docker_file_changed_meanwhile(capsys, outputs, daemon_json, tmp_path, monkeypatch):
-    reads = []
-    real = docker_runtime.read_bytes
-
-    def racing_read(path):
-        reads.append(path)
-        return real(path) if len(reads) == 1 else b'{"password": "%s"}' % S.encode()
-
-    monkeypatch.setattr(docker_runtime, "read_bytes", racing_read)
+    # The module's own read sees the file; the re-read before the rename (filewrite's) sees another writer's.
+    monkeypatch.setattr(filewrite, "read_bytes", lambda path: b'{"password": "%s"}' % S.encode())
     result = run_module(docker_runtime, capsys, outputs, docker_args(daemon_json, tmp_path, binary="/opt/s/rt"))
     assert result["failed"] is True and "changed while" in result["msg"]
 
