@@ -116,9 +116,10 @@ def resolve(path):
     return os.path.realpath(path)
 
 
-def _link_chain(path, limit=8):
+def _link_chain(path, limit=40):
+    """path and the links it leads through, up to the first name seen twice (a loop) or a non-link."""
     chain = [path]
-    while os.path.islink(chain[-1]) and len(chain) <= limit:
+    while os.path.islink(chain[-1]) and chain[-1] not in chain[:-1] and len(chain) <= limit:
         target = os.readlink(chain[-1])
         chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), target)))
     return chain
@@ -249,13 +250,16 @@ def atomic_write(module, path, data, backup=False, mode=None, temp_dir=None):
             raise OSError(errno.EISDIR, "is a directory")
     temp_dir = temp_dir if temp_dir and _same_filesystem(temp_dir, directory) else directory
     backup_file = backup_of(module, target) if backup and existed else None
-    tmp = write_temp_beside(target, data, directory=temp_dir)
+    tmp = None
     try:
+        tmp = write_temp_beside(target, data, directory=temp_dir)
         with faults_named(path, "replace it"):
             _copy_attributes(module, target, existed, tmp, mode)
             os.rename(tmp, target)
     except BaseException:
-        _unlink_quietly(tmp)
+        for leftover in (tmp, backup_file):  # nothing changed: neither is wanted
+            if leftover:
+                _unlink_quietly(leftover)
         raise
     _fsync_dir(directory)
     return backup_file
