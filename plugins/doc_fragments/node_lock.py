@@ -35,7 +35,11 @@ options:
         type: int
         default: 600
       stale_after:
-        description: Seconds after which another owner's lock is considered abandoned.
+        description:
+          - Seconds without a sign of life from another owner after which its lock is taken over. Signs of life
+            are its module calls that hold the lock, and a keeper process those calls leave on the node, which
+            vouches for the owner while its connection lives (for SSH, while a task of it runs). See
+            M(gpunode.nvidia.node_lock).
         type: int
-        default: 3600
+        default: 90
 """

@@ -17,8 +17,17 @@ description:
     its restart and the check that follows. This module takes a lock file for a named owner and
     waits while another owner holds it.
   - The lock outlives the task (Ansible tasks are separate processes), so it is a lease file owned
-    by O(owner), replaced atomically (temporary file and rename). A lease older than O(stale_after)
-    seconds is taken over (a run that was killed cannot block the node forever).
+    by O(owner), replaced atomically (temporary file and rename).
+  - "A run that died does not block the node: its controller is on another machine, so the lease records
+    signs of life instead of a PID: each call that takes or holds the lock renews it, and the call leaves a
+    small keeper process on the node that renews it every 5 seconds while the run's connection lives: the
+    sshd session of its tasks, while one of them runs (a restart, a check), or with a local connection the
+    ansible process of the play. A controller killed or a connection lost stops the renewals (SSH keeps an
+    idle shared connection for ControlPersist, 60 s by default); once the newest sign of life is older than
+    O(stale_after) (90 s) another owner takes the lock over, so within about two minutes. A live run is not
+    taken over while it runs a task or calls again within O(stale_after)."
+  - Another run from the same controller shares its SSH connection (and keeps it busy while it waits), so it
+    judges the holder by the holder's own calls only.
   - Every look at and change of the lease happens under an exclusive C(flock) on a guard file
     beside it (O(path) plus C(.guard), never removed), so two runs that find the same stale lease
     cannot both take it over, and staleness is checked again while the guard is held.
@@ -47,9 +56,13 @@ options:
     type: int
     default: 600
   stale_after:
-    description: Seconds after which another owner's lock is considered abandoned.
+    description:
+      - Seconds without a sign of life from another owner after which its lock is taken over (see the description).
+      - Raise it for plays over many nodes where one node can wait longer than this between two of its tasks while
+        the lock is held (a long handler on the other nodes, a C(pause)); the lock is then judged by its connection
+        alone, which SSH closes after ControlPersist (60 s by default) without tasks.
     type: int
-    default: 3600
+    default: 90
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -88,7 +101,7 @@ taken_over:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import (
-    LOCK_OPTIONS, acquire, release, timeout_message)
+    LOCK_OPTIONS, acquire, release, start_keeper, timeout_message)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
 
 ARGUMENT_SPEC = dict(
@@ -105,6 +118,7 @@ def run_module(module):
         lease = acquire(params["path"], params["owner"], params["timeout"], params["stale_after"])
     except TimeoutError as exc:
         fail(module, timeout_message(exc))
+    start_keeper(params["path"], params["owner"])
     result = dict(changed=False, held_by=lease.held_by, waited=round(lease.waited, 1))
     if lease.taken_over:
         result["taken_over"] = lease.taken_over
