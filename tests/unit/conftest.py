@@ -10,8 +10,8 @@ from ansible_collections.gpunode.nvidia.plugins.modules import node_lock as node
 def no_keeper(request, monkeypatch):
     if "real_keeper" in request.fixturenames:
         return
-    monkeypatch.setattr(node_lock_utils, "start_keeper", lambda path, owner: None)
-    monkeypatch.setattr(node_lock_module, "start_keeper", lambda path, owner: None)
+    monkeypatch.setattr(node_lock_utils, "start_keeper", lambda path, owner: None, raising=False)
+    monkeypatch.setattr(node_lock_module, "start_keeper", lambda path, owner: None, raising=False)
 
 
 @pytest.fixture
