@@ -30,7 +30,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
-    INHERITED_KEYS, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
+    BOM, INHERITED_KEYS, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
 
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
@@ -308,6 +308,15 @@ class ActionModule(ValidatedAction):
                 "if it is installed later in the same image bake." % (args["path"], args["name"], args["binary"])
             )
 
+    @staticmethod
+    def _bom_hint(args, current):
+        """Why containerd 2.x refuses a file that 1.x reads: it starts with a UTF-8 byte order mark."""
+        if not current["content"].startswith(BOM):
+            return ""
+        return (". The file starts with a UTF-8 byte order mark (BOM), which containerd 2.x does not accept (1.x "
+                "reads past it). The file was left unchanged; remove the BOM (sed -i '1s/^\\xEF\\xBB\\xBF//' %s) "
+                "and run again." % args["path"])
+
     def _guard(self, args, edit, files, globs, current, before, task_vars, dump_cmd):
         """Return (validated, effective_changes, warnings); raise when the edit would do harm."""
         if not args["validate"]:
@@ -316,8 +325,9 @@ class ActionModule(ValidatedAction):
             return False, [], ["%s not found on the node: the edit was not validated against containerd's "
                                "effective config (validated: false)." % args["containerd_binary"]]
         if current["command_rc"] != 0:
-            raise ConfigError("%s: containerd cannot load the current file, so it cannot be edited safely: %s"
-                              % (args["path"], mask_text(current["command_stderr"].strip())))
+            raise ConfigError("%s: containerd cannot load the current file, so it cannot be edited safely: %s%s"
+                              % (args["path"], mask_text(current["command_stderr"].strip()),
+                                 self._bom_hint(args, current)))
         if not edit.changed:
             return True, [], []
         content, companions = candidate_files(edit, files, globs, current.get("binary_version"))

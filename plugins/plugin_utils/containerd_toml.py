@@ -106,6 +106,7 @@ class Plan(object):
 
 def parse(text, path):
     """Parse TOML into plain data; syntax errors name file, line and column."""
+    text = text[1:] if text.startswith(BOM) else text  # containerd 1.x reads past it; 2.x refuses it (its dump says)
     deep = nesting_too_deep(text)
     if deep:
         raise ConfigError(
@@ -293,6 +294,9 @@ def _type_name(value):
 
 
 # ---------------------------------------------------------------- planning
+
+
+BOM = u"\ufeff"
 
 
 class _Text(object):

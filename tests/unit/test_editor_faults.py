@@ -310,3 +310,10 @@ def test_concurrent_writes_with_the_same_expected_checksum_let_one_win(tmp_path)
         assert all("changed on the node while this task was preparing its edit" in r["msg"]
                    for r in results if r.get("failed"))
         assert path.read_text() in contents and sorted(os.listdir(str(tmp_path))) == ["config.toml"]
+
+
+def test_a_bom_is_read_past_as_containerd_1x_does():
+    """containerd 1.7 loads a file that starts with a UTF-8 BOM; the controller's parse must too (2.x: see the
+    integration test, where containerd's own dump refuses it and the message names the BOM)."""
+    from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import parse
+    assert parse(u"\ufeffversion = 2\n[plugins]\n", "/etc/containerd/config.toml") == {"version": 2, "plugins": {}}
