@@ -36,7 +36,7 @@ from contextlib import contextmanager
 TEMP_MARK = ".gpunode-"
 # A temporary file older than this, beside the file being edited, was left by a killed run
 # (a live run uses its own for a few seconds: the write, `config dump`, `dockerd --validate`).
-DEBRIS_AGE = 600
+DEBRIS_AGE = 120
 # Edit locks live here, never in a configuration directory: no drop-in glob can see them and a
 # read-only /etc does not matter. /run is emptied at boot, so they do not pile up.
 EDIT_LOCK_DIR = "/run/lock"
