@@ -235,48 +235,59 @@ def _age_debris(directory):
             os.utime(os.path.join(directory, name), (old, old))
 
 
+def _temp_appeared(directory):
+    return lambda: any(".gpunode-" in name for name in os.listdir(directory))
+
+
 def test_killed_docker_runs_leave_the_old_or_the_new_file_and_the_next_run_clears_their_debris(dockerd, workdir):
     path = os.path.join(workdir, "daemon.json")
     args = dict(path=path, binary=daemons.STANDIN_RUNTIME, dockerd_binary=dockerd)
-    with open(path, "w") as handle:
-        handle.write(DAEMON_JSON)
-    os.chown(path, 1234, 2345)
-    os.chmod(path, 0o640)
     outcomes = []
-    for delay in KILL_DELAYS + [None]:  # None: killed right after the rename
+    # After a delay; the moment a temporary file exists (dockerd --validate's candidate); right after the rename.
+    for delay, moment in [(0.4, None), (1.2, None), (None, "temp"), (None, "renamed")]:
         with open(path, "w") as handle:
             handle.write(DAEMON_JSON)
+        os.chown(path, 1234, 2345)
+        os.chmod(path, 0o640)
         inode = os.stat(path).st_ino
-        _killed_after(_ansible_argv(DOCKER, args), delay, changed=lambda: os.stat(path).st_ino != inode)
+        renamed = lambda: os.stat(path).st_ino != inode  # noqa: E731
+        _killed_after(_ansible_argv(DOCKER, args), delay,
+                      changed={None: None, "temp": _temp_appeared(workdir), "renamed": renamed}[moment])
         data, uid, gid, mode = snapshot(path)
         found = json.loads(data)
         assert (uid, gid, mode) == (1234, 2345, 0o640)
         assert data == DAEMON_JSON.encode() or found["runtimes"]["nvidia"]["path"] == daemons.STANDIN_RUNTIME
-        outcomes.append("new" if "runtimes" in found else "old")
+        outcomes.append((moment or delay, "new" if "runtimes" in found else "old",
+                         len([n for n in os.listdir(workdir) if n != "daemon.json"])))
         _age_debris(workdir)
         result = docker_edit(dockerd, path)
         assert not result.get("failed"), result
-        assert os.listdir(workdir) == ["daemon.json"], (delay, os.listdir(workdir))
-    assert outcomes[-1] == "new" and "old" in outcomes, outcomes
+        assert os.listdir(workdir) == ["daemon.json"], (outcomes, os.listdir(workdir))
+    assert outcomes[2][2] == 1 and outcomes[3][1] == "new", outcomes  # a temp file was left, and cleared
 
 
-def test_killed_containerd_run_right_after_the_write(containerd_dist, workdir):
+def test_killed_containerd_runs_leave_debris_the_next_run_clears(containerd_dist, workdir):
     dist = containerd_dist("sid")
     path = os.path.join(workdir, "config.toml")
-    with open(path, "w") as handle:
-        handle.write(config_text(dist))
-    inode = os.stat(path).st_ino
     argv = _ansible_argv(CONTAINERD, dict(path=path, binary=daemons.STANDIN_RUNTIME))
-    env_path = os.environ["PATH"]
-    os.environ["PATH"] = dist.bin_dir + os.pathsep + env_path
-    try:
-        _killed_after(argv, changed=lambda: os.stat(path).st_ino != inode)
-    finally:
-        os.environ["PATH"] = env_path
-    assert b"nvidia" in snapshot(path)[0]
-    _age_debris(workdir)
-    assert not containerd_edit(dist, path)["changed"]
-    assert os.listdir(workdir) == ["config.toml"]
+    for moment in ("temp", "renamed"):  # the candidate of `config dump` exists; right after the rename
+        with open(path, "w") as handle:
+            handle.write(config_text(dist))
+        inode = os.stat(path).st_ino
+        env_path = os.environ["PATH"]
+        os.environ["PATH"] = dist.bin_dir + os.pathsep + env_path
+        try:
+            _killed_after(argv, changed=_temp_appeared(workdir) if moment == "temp"
+                          else lambda: os.stat(path).st_ino != inode)
+        finally:
+            os.environ["PATH"] = env_path
+        data = snapshot(path)[0]
+        assert data == config_text(dist).encode() or b"nvidia" in data
+        if moment == "temp":
+            assert len(os.listdir(workdir)) == 2, os.listdir(workdir)
+        _age_debris(workdir)
+        assert not containerd_edit(dist, path).get("failed")
+        assert os.listdir(workdir) == ["config.toml"]
 
 
 # --- concurrent writers --------------------------------------------------------------------------
