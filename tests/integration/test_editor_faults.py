@@ -224,8 +224,48 @@ def _killed_after(argv, delay=None, changed=None):
     deadline = time.time() + (delay if delay is not None else 60)
     while time.time() < deadline and proc.poll() is None and not (changed and changed()):
         time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)
+    _kill_tree(proc.pid)
     proc.wait()
+
+
+def _kill_tree(root):
+    """SIGKILL root and every descendant, whatever session it moved to (ansible's local connection starts the
+    module in a session of its own): all are stopped first, so none forks or cleans up in between."""
+    seen = set()
+    while True:
+        tree = _descendants(root) | {root}
+        for pid in tree - seen:
+            _signal(pid, signal.SIGSTOP)
+        if tree <= seen:
+            break
+        seen |= tree
+    for pid in seen:
+        _signal(pid, signal.SIGKILL)
+
+
+def _descendants(root):
+    children = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % name) as handle:
+                raw = handle.read()
+        except (IOError, OSError):
+            continue
+        children.setdefault(int(raw[raw.rindex(")") + 2:].split()[1]), set()).add(int(name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass  # already gone
 
 
 def _age_debris(directory):
