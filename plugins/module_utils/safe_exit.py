@@ -33,8 +33,8 @@ def unexpected_error(module_name, path):
     frames = traceback.extract_tb(trace)
     where = "%s:%d" % (os.path.basename(frames[-1][0]), frames[-1][1]) if frames else "unknown place"
     return ("Unexpected error (%s at %s) in gpunode.nvidia.%s while working on %s; nothing was written. "
-            "This is a bug: please report it with this message and the shape of the file (not its "
-            "credentials)." % (kind.__name__ if kind else "error", where, module_name, path))
+            "This is a bug: please report it with the task's arguments, this message and the shape of the file "
+            "(not its credentials)." % (kind.__name__ if kind else "error", where, module_name, path))
 
 
 def run_and_exit(module, module_name, path, run):
