@@ -301,7 +301,9 @@ def start_keeper(path, owner):
     conn = connection()
     if conn is None:
         return  # no connection to watch: only the owner's calls renew the lease
-    if os.fork():
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)  # it forks the keeper and ends at once
         return
     try:  # the keeper: detached from this call, which must end now
         os.setsid()

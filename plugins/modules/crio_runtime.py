@@ -187,8 +187,12 @@ def check_request(module):
 
 def temp_dir(path):
     """Where the temporary file of a write goes: CRI-O reads every file of its drop-in directory, so not there
-    but in the directory above (same filesystem, else beside the file after all)."""
-    return os.path.dirname(os.path.dirname(os.path.realpath(path)))
+    but in the directory above (same filesystem, else beside the file after all). None: beside the file, which
+    is a link's target elsewhere."""
+    target_dir = os.path.dirname(os.path.realpath(path))
+    if target_dir != os.path.realpath(os.path.dirname(os.path.abspath(path))):
+        return None
+    return os.path.dirname(target_dir)
 
 
 def run_module(module):
