@@ -143,8 +143,8 @@ def test_bom_is_edited_where_containerd_loads_it_and_named_where_it_does_not(con
         assert result["changed"] and result["validated"], result
         assert data.startswith(original) or data.startswith(b"\xef\xbb\xbf" + original[3:40])
     else:
-        assert result.get("failed") and "starts with a UTF-8 byte order mark (BOM), which containerd 2.x does not " \
-                                         "accept" in result["msg"], result
+        refusal = "starts with a UTF-8 byte order mark (BOM), which containerd 2.x does not accept"
+        assert result.get("failed") and refusal in result["msg"], result
         assert "sed -i '1s/^\\xEF\\xBB\\xBF//' %s" % path in result["msg"]
         assert data == original
     assert os.listdir(workdir) == ["config.toml"]
@@ -290,7 +290,9 @@ def test_killed_docker_runs_leave_the_old_or_the_new_file_and_the_next_run_clear
         os.chown(path, 1234, 2345)
         os.chmod(path, 0o640)
         inode = os.stat(path).st_ino
-        renamed = lambda: os.stat(path).st_ino != inode  # noqa: E731
+
+        def renamed():
+            return os.stat(path).st_ino != inode
         _killed_after(_ansible_argv(DOCKER, args), delay,
                       changed={None: None, "temp": _temp_appeared(workdir), "renamed": renamed}[moment])
         data, uid, gid, mode = snapshot(path)
