@@ -26,7 +26,6 @@ import fcntl
 import hashlib
 import os
 import re
-import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -172,14 +171,14 @@ def temp_prefix(path):
     return "." + os.path.basename(path) + TEMP_MARK
 
 
-def remove_debris(path, temp_dir=None, now=None):
+def remove_debris(path, temp_dir=None):
     """Remove the temp files of path (a final target) that a killed run left, beside it and in temp_dir.
 
     Only ours: named .<file>.gpunode-<random>.tmp or .json, and older than DEBRIS_AGE (a live run's
     temp file is younger). Returns the names removed.
     """
     pattern = re.compile(re.escape(temp_prefix(path)) + r"[A-Za-z0-9_]+\.(tmp|json)$")
-    now = time.time() if now is None else now
+    now = time.time()
     removed = []
     for directory in sorted(set([os.path.dirname(os.path.abspath(path)), temp_dir or ""]) - set([""])):
         try:
