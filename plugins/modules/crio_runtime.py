@@ -24,8 +24,12 @@ description:
     name order; the last one wins) and warns, in RV(overrides) and as task warnings, when a later
     drop-in redefines the runtime or another C(default_runtime); with O(state=absent), when a
     remaining C(default_runtime) would still name the removed runtime.
-  - The write is atomic (temporary file in the same directory, fsync, rename) and keeps owner,
-    mode and SELinux context of an existing file.
+  - The write is atomic (temporary file, fsync, rename) and keeps owner, mode and SELinux context of an
+    existing file. CRI-O reads every file of its drop-in directory, so the temporary file is written in the
+    directory above it (same filesystem), where a killed run's leftover is never read; the next run removes it.
+  - A drop-in that is a symbolic link is edited in its target (the link stays); filesystem faults (full,
+    read-only, immutable) fail naming the file, the cause and the fix; concurrent runs on the same file
+    take turns. See docs/faults.md.
   - CRI-O must be restarted to use a new runtime for new pods (a runtime added by SIGHUP is not
     usable for new sandboxes).
   - Credentials in a file being replaced, and in every message and returned value, are masked.
