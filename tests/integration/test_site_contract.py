@@ -44,8 +44,10 @@ class Run(object):
         self.output = proc.stdout + proc.stderr
         self.report = json.loads(proc.stdout) if json_report else None
         path = os.path.join(workdir, "gpunode-summary.json")
-        with open(path) as handle:
-            self.summary = dict((row["node"], row) for row in json.load(handle)["nodes"])
+        self.summary = None
+        if os.path.exists(path):
+            with open(path) as handle:
+                self.summary = dict((row["node"], row) for row in json.load(handle)["nodes"])
 
     def host(self, node):
         return _HostView(self.report, node.name)
@@ -62,7 +64,7 @@ class _HostView(PlayResult):
         return [w for _name, result in self.tasks() for w in result.get("warnings", [])]
 
 
-def run_site(nodes, workdir, check=False, diff=False, verbose=False, json_report=True, **extra_vars):
+def run_site(nodes, workdir, check=False, diff=False, verbose=False, json_report=True, playbook=SITE, **extra_vars):
     inventory = os.path.join(workdir, "inventory.ini")
     with open(inventory, "w") as handle:
         handle.write("[gpu_nodes]\n")
@@ -75,7 +77,7 @@ def run_site(nodes, workdir, check=False, diff=False, verbose=False, json_report
                ANSIBLE_FORCE_COLOR="0", NO_COLOR="1")
     if json_report:
         env.update(ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, SITE,
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, playbook,
             "-e", json.dumps(variables)]
     argv += (["--check"] if check else []) + (["--diff"] if diff else []) + (["-v"] if verbose else [])
     proc = subprocess.run(argv, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -156,6 +158,15 @@ def test_check_on_a_fresh_node_shows_the_edit_and_changes_nothing(node, workdir)
     assert "Apply containerd config" not in [name for name, _result in host.tasks() if not _result.get("skipped")]
     assert run.summary[node.name]["status"] == "ok" and run.summary[node.name]["check_mode"] is True
     assert run.summary[node.name]["config_changed"] is True and run.summary[node.name]["restarts"] == 0
+
+
+@pytest.mark.parametrize("playbook", ["bake.yml", "verify.yml"])
+def test_bake_and_verify_in_check_mode_pass_and_write_nothing(node, tmp_path, playbook):
+    before = node_state(node, CONFIG, "/etc/systemd/system/gpunode-firstboot.service")
+    run = run_site([node], str(tmp_path), check=True, diff=True, playbook=os.path.join(REPO, "playbooks", playbook),
+                   gpunode_hosts="gpu_nodes")
+    assert run.rc == 0, run.output[-3000:]
+    assert node_state(node, CONFIG, "/etc/systemd/system/gpunode-firstboot.service") == before
 
 
 def test_check_diff_verbose_never_prints_the_registry_secret(node, workdir):
