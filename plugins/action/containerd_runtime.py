@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import collections
 import copy
+import fnmatch
 import posixpath
 
 from ansible.errors import AnsibleActionFail
@@ -27,6 +28,7 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import Valid
 # One argument spec, documented with the module: the action validates with it before anything runs.
 from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime import ARGUMENT_SPEC
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
@@ -193,6 +195,8 @@ class ActionModule(ValidatedAction):
             containerd_version=current.get("binary_version"),
         )
         warnings = edit.warnings + warnings
+        if args["state"] == "present" and not current["paths"].get(args["binary"]):
+            warnings.append(missing_binary_warning(args["binary"], args["name"]))
         if warnings:
             result["warnings"] = warnings
         if edit.changed:
@@ -267,18 +271,28 @@ class ActionModule(ValidatedAction):
                 # k0s imports every file of its drop-in directory: ours gets a file of its own.
                 return target, posixpath.join(target.get("edit_path") or target["dropin_dir"], DROPIN_NAME)
             return target, target.get("edit_path") or DEFAULT_PATH
-        if (target is not None and target.get("selected_by") == "kubelet" and target["kind"] == "containerd"
-                and posixpath.dirname(args["path"]) != target.get("dropin_dir")
-                and args["path"] not in (target.get("edit_path"), target.get("config_path"))
-                and not args["allow_path_mismatch"]):
-            raise ConfigError(
+        if target is not None and not args["allow_path_mismatch"] and _not_read_by(target, args["path"]):
+            raise ConfigError(self._path_mismatch_message(args["path"], target))
+        return target, args["path"]
+
+    @staticmethod
+    def _path_mismatch_message(path, target):
+        """A path that is not the file the containerd on this node reads: a typo, or incident I2."""
+        if target.get("selected_by") == "kubelet":
+            return (
                 "%s is not the config of the containerd kubelet uses: kubelet talks to %s, served by the %s "
                 "containerd that reads %s (edit %s). Editing %s would leave GPU pods failing with "
                 "'no runtime for \"nvidia\" is configured' (incident I2). Leave path unset to configure the right "
                 "instance, or set allow_path_mismatch: true to edit %s anyway."
-                % (args["path"], target.get("socket"), target.get("platform"), target.get("config_path"),
-                   target.get("edit_path"), args["path"], args["path"]))
-        return target, args["path"]
+                % (path, target.get("socket"), target.get("platform"), target.get("config_path"),
+                   target.get("edit_path"), path, path))
+        return (
+            "%s is not the config of the containerd on this node: the %s containerd (%s) reads %s, and no "
+            "kubelet says otherwise. Nothing was changed. Check the path for a typo: leave path unset (role "
+            "variable container_runtime_containerd_config) to configure %s, or set allow_path_mismatch: true "
+            "(container_runtime_containerd_allow_path_mismatch) to edit %s anyway."
+            % (path, target.get("platform"), target.get("service") or "pid %s" % target.get("pid"),
+               target.get("config_path"), target.get("edit_path") or target.get("config_path"), path))
 
     @staticmethod
     def _containerd_binary(args, target, path):
@@ -321,6 +335,8 @@ class ActionModule(ValidatedAction):
         if not edit.changed:
             return True, [], []
         content, companions = candidate_files(edit, files, globs, current.get("binary_version"))
+        if not companions:
+            content = _absolute_imports(content, files, args["path"])
         candidate = self._node(task_vars, op="check", path=args["path"], content=content, command=dump_cmd,
                                companions=companions)
         if candidate["command_rc"] != 0:
@@ -670,6 +686,29 @@ def _existed(files, path):
 def _text_of(files, path):
     config = files.get(path)
     return config.text if config is not None else ""
+
+
+def _not_read_by(target, path):
+    """Whether PATH is clearly not a file this containerd reads: any other file when kubelet uses it
+    (incident I2); without kubelet, a file beside its config that it does not import (a typo'd name).
+    Files elsewhere stay allowed there: an image bake or a second instance may be meant."""
+    if target["kind"] != "containerd" or posixpath.dirname(path) == target.get("dropin_dir"):
+        return False
+    if path in (target.get("edit_path"), target.get("config_path")):
+        return False
+    if target.get("selected_by") == "kubelet":
+        return True
+    config_dir = posixpath.dirname(target.get("config_path") or "")
+    imported = [posixpath.join(config_dir, entry) for entry in target.get("imports") or []]
+    return posixpath.dirname(path) == config_dir and not any(fnmatch.fnmatchcase(path, p) for p in imported)
+
+
+def _absolute_imports(text, files, path):
+    """The candidate is checked from a private directory on the node, not beside PATH: its relative
+    `imports` are given as the absolute paths they stand for beside PATH."""
+    entries = parse(text, path).get("imports") or []
+    absolute = [files.semantics.absolute(entry, path) for entry in entries]
+    return imports_mod.replace_imports(text, absolute, path) if absolute != entries else text
 
 
 def unexpected_error_message(path, exc, written=False):

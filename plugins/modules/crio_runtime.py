@@ -158,6 +158,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import atomic_write, read_bytes
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
 
 
@@ -175,8 +176,7 @@ def check_request(module):
         fail(module, "Refusing to make %r CRI-O's default runtime: %s is not on this node, so every pod "
                      "would fail to start. Install the NVIDIA Container Toolkit first, or set "
                      "allow_missing_binary=true if it is installed later." % (params["name"], params["binary"]))
-    warn(module, "Runtime binary %s is not on this node yet; pods of runtime class %s will fail until it is."
-                 % (params["binary"], params["name"]))
+    warn(module, missing_binary_warning(params["binary"], params["name"]))
 
 
 def remove(module, path, backup):
