@@ -100,9 +100,10 @@ def not_allocatable(node, resource):
         "cluster-gpu-not-allocatable",
         "Node %s has GPUs but advertises no %s: the NVIDIA device plugin is not registered with its kubelet "
         "(not running there, or it cannot see the GPUs because the runtime has no nvidia runtime)." % (name, resource),
-        evidence, _fix("Run playbooks/diagnose.yml for the node's runtime findings; check the device plugin pod on "
+        evidence, _fix("Run gpunode.nvidia.diagnose for the node's runtime findings; check the device plugin pod on "
                        "%s (it needs runtimeClassName nvidia or nvidia as the default runtime)." % name,
-                       ["kubectl get pods -A -o wide --field-selector spec.nodeName=%s" % name,
+                       ["ansible-playbook -i INVENTORY gpunode.nvidia.diagnose -l %s" % name,
+                        "kubectl get pods -A -o wide --field-selector spec.nodeName=%s" % name,
                         "kubectl describe node %s" % name]))
 
 
