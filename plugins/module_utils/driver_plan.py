@@ -347,7 +347,26 @@ def debian_driver_version(node, request, flavour, branch):
         versions = apt_candidates(node.run, module)
     else:
         return None
-    return lockstep_version(versions, branch)
+    version = lockstep_version(versions, branch)
+    if branch and versions and version is None:
+        raise PlanError(branch_not_offered(branch, module, versions, request))
+    return version
+
+
+def branch_not_offered(branch, package, versions, request):
+    """The refusal of a branch the configured sources do not carry: apt would fail only at install time."""
+    offered = sorted(set(b for b in (branch_of(v) for v in versions) if b), key=int)
+    if request["source"] == "offline":
+        where = "offline directory %s has no package file for %s at version %s.* (it holds %s)" % (
+            request["offline_dir"], package, branch, ", ".join(sorted(versions, key=version_key, reverse=True)))
+        elsewhere = "put branch %s's package files into nvidia_driver_offline_dir" % branch
+    else:
+        where = "configured repositories do not carry %s in branch %s (apt-cache madison %s: %s)" % (
+            package, branch, package, ", ".join(versions))
+        elsewhere = ("make a repository that carries branch %s known to apt (nvidia_driver_debian_mirror, "
+                     "nvidia_driver_debian_suites) or install from nvidia_driver_offline_dir" % branch)
+    return ("nvidia_driver_branch is %s, but the %s. Set nvidia_driver_branch to %s (empty: the newest offered), "
+            "or %s." % (branch, where, " or ".join(offered), elsewhere))
 
 
 def debian_driver_sources(node, names, version):
