@@ -133,7 +133,7 @@ def runtimeclass_problem(runtimeclasses, name, handler):
             "rejected (found: %s)." % (name, name, ", ".join(sorted(
                 (rc.get("metadata") or {}).get("name", "?") for rc in runtimeclasses)) or "none"),
             [api_evidence("runtimeclasses.node.k8s.io", "no object named %s" % name)],
-            _fix("Create the RuntimeClass (the role gpu_verify does when gpu_verify_kubeconfig is set).", [command],
+            _fix("Create the RuntimeClass (the role gpu_verify does when gpunode_kubeconfig is set).", [command],
                  manifest))
     if found.get("handler") != handler:
         return cluster_finding(
