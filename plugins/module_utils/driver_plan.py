@@ -25,6 +25,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_os import (
     PlanError, apt_candidates, apt_components, distribution, kernels, mok_key, module_files, module_version,
@@ -307,6 +309,8 @@ def plan_driver(node, request, env):
     if action not in ("install", "upgrade"):
         return plan
     names, pinned, stream, lock, notes = driver_packages(dist, branch, flavour, request, kernel_facts)
+    if dist["family"] == "ubuntu" and source != "offline":
+        check_ubuntu_branch(node, branch)
     version_glob = "%s.*" % branch if branch and pinned else None
     if dist["family"] == "debian":
         plan["driver_version"] = debian_driver_version(node, request, flavour, branch)
@@ -329,6 +333,21 @@ def plan_driver(node, request, env):
         plan["module_stream"] = None
     plan["commands"] = driver_commands(plan, action)
     return plan
+
+
+def check_ubuntu_branch(node, branch):
+    """Refuse a branch apt's lists do not carry (Ubuntu names the branch in its package names);
+    apt without lists (a fresh image) cannot tell, and nothing is refused."""
+    if node.run is None:
+        return
+    rc, out, _err = node.run(["apt-cache", "pkgnames", "nvidia-utils-"])
+    offered = sorted(set(re.findall(r"^nvidia-utils-(\d+)-server$", out or "", re.M)), key=int)
+    if rc != 0 or not offered or branch in offered:
+        return
+    raise PlanError("nvidia_driver_branch is %s, but the configured repositories do not carry nvidia-utils-%s-server "
+                    "(apt-cache pkgnames nvidia-utils-: server branches %s). Set nvidia_driver_branch (or, when it "
+                    "is empty, nvidia_driver_ubuntu_default_branch) to one of them, or install from "
+                    "nvidia_driver_offline_dir." % (branch, branch, ", ".join(offered)))
 
 
 def debian_driver_version(node, request, flavour, branch):

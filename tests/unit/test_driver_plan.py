@@ -529,3 +529,21 @@ def test_a_branch_the_offline_directory_lacks_names_the_branches_it_holds(tree):
     with pytest.raises(node_os.PlanError, match=r"it holds 535\.261\.03-1\)\. Set nvidia_driver_branch to 535 .*"
                                                 r"put branch 550's package files into nvidia_driver_offline_dir"):
         driver(node, source="offline", offline_dir="/srv/nv", branch="550")
+
+
+def test_an_ubuntu_branch_apt_does_not_carry_is_refused_at_plan_time(tree):
+    node = tree("ubuntu2204").gpu().kernel("5.15.0-91-generic")
+    names = "nvidia-utils-535-server\nnvidia-utils-570-server\nnvidia-utils-535\nnvidia-utils-580-server\n"
+
+    def pkgnames(argv):
+        return (0, names, "") if argv[:2] == ["apt-cache", "pkgnames"] else (1, "", "")
+    env = {"running_kernel": "5.15.0-91-generic", "arch": "x86_64"}
+    with pytest.raises(node_os.PlanError) as refused:
+        dp.plan_driver(Node(node.root, pkgnames), {"branch": "550"}, env)
+    assert str(refused.value) == (
+        "nvidia_driver_branch is 550, but the configured repositories do not carry nvidia-utils-550-server (apt-cache "
+        "pkgnames nvidia-utils-: server branches 535, 570, 580). Set nvidia_driver_branch (or, when it is empty, "
+        "nvidia_driver_ubuntu_default_branch) to one of them, or install from nvidia_driver_offline_dir.")
+    assert dp.plan_driver(Node(node.root, pkgnames), {"branch": "570"}, env)["branch"] == "570"
+    # No package lists yet (a fresh image): nothing to judge.
+    assert dp.plan_driver(Node(node.root, lambda argv: (0, "", "")), {"branch": "550"}, env)["branch"] == "550"
