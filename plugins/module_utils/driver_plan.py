@@ -312,8 +312,10 @@ def plan_driver(node, request, env):
     if dist["family"] == "ubuntu" and source != "offline":
         check_ubuntu_branch(node, branch)
     version_glob = "%s.*" % branch if branch and pinned else None
+    repository = driver_repository(dist, request, node)
     if dist["family"] == "debian":
-        plan["driver_version"] = debian_driver_version(node, request, flavour, branch)
+        plan["driver_version"] = debian_driver_version(node, request, flavour, branch,
+                                                       judge_branch=source_in_place(node, repository))
         if plan["driver_version"]:
             version_glob = plan["driver_version"] + "-*"
     packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
@@ -325,7 +327,7 @@ def plan_driver(node, request, env):
                     apt_pin_path=DRIVER_APT_PIN_PATH)
     headers = headers_packages(dist, kernel_facts, module_path) if request.get("kernel_headers", True) else []
     plan.update(packages=packages, module_stream=stream, versionlock=lock, notes=notes, headers=headers,
-                repository=driver_repository(dist, request, node))
+                repository=repository)
     if source == "offline":
         plan["offline_files"] = offline_files(node, request["offline_dir"], names,
                                               version_glob or ("%s.*" % branch if branch else None),
@@ -350,7 +352,18 @@ def check_ubuntu_branch(node, branch):
                     "nvidia_driver_offline_dir." % (branch, branch, ", ".join(offered)))
 
 
-def debian_driver_version(node, request, flavour, branch):
+def source_in_place(node, repository):
+    """Whether apt's lists already come from the planned source: nothing to add, or its file as planned.
+    Before the role adds or changes it (the first plan of such a run) they are stale: no refusal then."""
+    if repository is None:
+        return True
+    text = node.read("/etc/apt/sources.list.d/%s.sources" % repository["name"]) or ""
+    fields = dict((key.strip().lower(), value.split()) for key, _sep, value in
+                  (line.partition(":") for line in text.splitlines()))
+    return fields.get("uris") == repository["uris"] and fields.get("suites") == repository["suites"]
+
+
+def debian_driver_version(node, request, flavour, branch, judge_branch=True):
     """The upstream version all Debian driver packages are pinned to, or None when apt (or the
     offline directory) cannot tell yet. Debian updates the non-free driver and the contrib open
     module separately: bookworm carries nvidia-smi 535.309.01 beside nvidia-open-kernel-dkms
@@ -367,7 +380,7 @@ def debian_driver_version(node, request, flavour, branch):
     else:
         return None
     version = lockstep_version(versions, branch)
-    if branch and versions and version is None:
+    if branch and versions and version is None and judge_branch:
         raise PlanError(branch_not_offered(branch, module, versions, request))
     return version
 

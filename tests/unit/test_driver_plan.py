@@ -511,6 +511,12 @@ def test_a_branch_the_repositories_do_not_carry_is_refused_at_plan_time(tree):
                  for v in bookworm.get(argv[2], [])]
         return 0, "\n".join(lines) + "\n", ""
     env = {"running_kernel": "6.1.0-28-amd64", "arch": "x86_64"}
+    # apt's lists are not yet those of the source the role adds (its first plan): nothing to judge.
+    assert dp.plan_driver(Node(node.root, madison), {"branch": "550"}, env)["driver_version"] is None
+    # The role added it and refreshed its lists, then plans again.
+    node.write("/etc/apt/sources.list.d/nvidia-driver-debian.sources",
+               "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+               "Components: contrib non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
     with pytest.raises(node_os.PlanError) as refused:
         dp.plan_driver(Node(node.root, madison), {"branch": "550"}, env)
     assert str(refused.value) == (
