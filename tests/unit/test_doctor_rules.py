@@ -297,7 +297,22 @@ def test_i6_nouveau(tmp_path, reader):
     node_trees._distro_containerd(tree)
     fired, _unused = diagnose(tmp_path)
     assert fired["nouveau-loaded"][0]["incident"] == "I6"
+    assert fired["nouveau-loaded"][0]["fix"]["playbook"] == "gpunode.nvidia.site"  # installing blacklists it
     assert "nouveau-loaded" not in diagnose(kubeadm_with_nvidia(tmp_path / "ok").root)[0]
+
+
+def test_i6_nouveau_beside_an_installed_driver_is_fixed_by_hand(tmp_path, reader):
+    # The driver stage keeps an installed driver and writes no blacklist: the playbook would not fix it.
+    tree = node_trees.NodeTree(tmp_path)
+    tree.gpu(driver="nouveau")
+    tree.modules("nouveau")
+    node_trees._distro_containerd(tree)
+    tree.file("/var/lib/dpkg/status", "Package: nvidia-kernel-dkms\nStatus: install ok installed\n"
+                                      "Version: 535.261.03-1\n\n")
+    fired, _unused = diagnose(tmp_path)
+    fix = fired["nouveau-loaded"][0]["fix"]
+    assert fix["playbook"] is None
+    assert fix["commands"][0].endswith("> /etc/modprobe.d/blacklist-nouveau.conf") and fix["commands"][-1] == "reboot"
 
 
 def test_i6_driver_version_mismatch(tmp_path, reader):
