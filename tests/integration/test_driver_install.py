@@ -94,6 +94,7 @@ def test_a_branch_the_repository_does_not_carry_is_refused_before_apt_installs(n
                               "550.163.01-1, 535.261.03-1). Set nvidia_driver_branch to 535 or 550"), message
     assert "nvidia_driver_debian_mirror, nvidia_driver_debian_suites" in message
     assert node.packages() == {}  # refused by the plan, not by apt halfway
+    assert node.read("/etc/modprobe.d/blacklist-nouveau.conf") is None
 
 
 def test_debian_offline_directory_proprietary_modules(node):
