@@ -30,7 +30,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
-    INHERITED_KEYS, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
+    ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
 
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
@@ -445,11 +445,12 @@ def _plan_present(args, files, dump):
     _refuse_version_mismatch(files, target_path, target)
     original = target.text if target is not None else None
     text = original if original is not None else _new_drop_in(root)
-    plan = plan_runtime_edit(text, target_path, **_plan_kwargs(args, files, dump))
-    text = plan.text
+    kwargs = _plan_kwargs(args, files, dump)
     if target_path != root.path and not files.semantics.replaces_plugin_tables:
-        text = _inherit_from_merged(text, plan, files, name, target_path)
-    edit = Edit(plan, target_path, warnings)
+        kwargs["source"] = _merged_source(files, name)
+    plan = plan_runtime_edit(text, target_path, **kwargs)
+    text = plan.text
+    edit = Edit(plan, target_path, warnings + list(plan.warnings))
     edit.set(target_path, original, text)
     if args["set_as_default"]:
         _set_default_where_read(edit, files, target_path, name)
@@ -528,21 +529,13 @@ def _version_warnings(files):
     return _hidden_settings_warning(files) + higher
 
 
-def _inherit_from_merged(text, plan, files, name, path):
-    """containerd 2.x, runtime in a drop-in: share SystemdCgroup & co with the runtime pods use,
-    wherever that one is defined (the drop-in alone does not hold it)."""
+def _merged_source(files, name):
+    """containerd 2.x, runtime in a drop-in: (name, table) of the runtime pods use, wherever that one is
+    defined (the drop-in alone does not hold it), or None."""
     merged = files.merged_runtimes()
     default = files.default_set_in()
     source_name = pick_source_runtime(merged, default.default_runtime() if default else "runc", name)
-    if source_name is None:
-        return text
-    plan.source_runtime = source_name
-    runtime_path = plan.cri_path + ("containerd", "runtimes", name)
-    for key in INHERITED_KEYS:
-        value = get_path(merged[source_name], key)
-        if value is not None and get_path(parse(text, path), runtime_path + key) != value:
-            text = set_value(text, runtime_path + key, value)
-    return text
+    return (source_name, merged[source_name]) if source_name is not None else None
 
 
 def _holds_nothing_else(files, drop_in, text, name):

@@ -41,6 +41,7 @@ try:  # Python 3.11+: the standard parser, with precise error positions
 except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 
@@ -57,6 +58,9 @@ CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runt
 # The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
 CRI_DUMP_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 RUNC_TYPE = "io.containerd.runc.v2"
+# Shims that run the OCI runtime binary named in options.BinaryName (or, for the 1.x v1 shim, options.Runtime).
+RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1")
+V1_LINUX_SHIM = "io.containerd.runtime.v1.linux"
 BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today: with containerd 1.x "
                    "a file that lists any runtime replaces the built-in list")
 # Keys a runtime must share with the runtime pods use today, even when it already exists.
@@ -81,6 +85,8 @@ def require_tomlkit():
 
 
 class Plan(object):
+    warnings = ()
+
     def __init__(self, original, text, data, version, cri_path, name, runtime, default_runtime, source_runtime):
         self.original = original
         self.text = text
@@ -316,10 +322,11 @@ class _Text(object):
 
 def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-container-runtime",
                       set_as_default=False, cdi=False, state="present", containerd_version=None,
-                      effective=None):
+                      effective=None, source=None):
     """Return a Plan for adding, updating or removing runtime `name` in config text.
 
-    `effective` is containerd's `config dump` of the current file, when known. Raises ConfigError only.
+    `effective` is containerd's `config dump` of the current file, when known; `source` a (name, table)
+    of the runtime pods use when another file defines it (a drop-in). Raises ConfigError only.
     """
     require_tomlkit()
     doc = _Text(text)
@@ -338,6 +345,7 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     check_cri_enabled(data, layout, path)
     cri = cri_table(data, version, layout, path, containerd_version)
     edit = _Edit(work, data, cri, name, path, containerd_version, effective)
+    edit.source_override = source
     if state == "present":
         edit.present(binary, set_as_default, cdi)
     else:
@@ -345,8 +353,10 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     output = doc.output(edit.text)
     new_data = _verify(doc.parseable(output), edit.expected, path)
     new_default = get_path(new_data, edit.default_path)
-    return Plan(text, output, new_data, version, cri, name, edit.runtime,
+    plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
                 new_default if isinstance(new_default, str) else "runc", edit.source_name)
+    plan.warnings = edit.warnings
+    return plan
 
 
 def _layout(text, path):
@@ -386,6 +396,9 @@ class _Edit(object):
         self.legacy_default_path = cri + ("containerd", "default_runtime")
         self.runtime = None
         self.source_name = None
+        self.source_override = None
+        self.binary_name = None
+        self.warnings = []
         layout = Layout(text)
         _require_tables(data, layout, self.runtimes_path, path, "runtimes")
         runtimes = get_path(data, self.runtimes_path) or {}
@@ -406,9 +419,52 @@ class _Edit(object):
 
     # -- decisions
 
-    def _builtin(self):
-        builtin = effective_runtimes(self.effective).get("runc")
+    def _builtin(self, name):
+        """containerd's own table of runtime `name` as it runs today (from `config dump`)."""
+        builtin = effective_runtimes(self.effective).get(name)
         return builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+
+    def _effective_table(self, name):
+        """Runtime `name` as containerd runs it (`config dump`), or None when not known."""
+        if name == "default_runtime":
+            table = get_path(self.effective, self.legacy_default_path_in_dump())
+        else:
+            table = effective_runtimes(self.effective).get(name)
+        return table if isinstance(table, dict) else None
+
+    def legacy_default_path_in_dump(self):
+        """Where `config dump` shows the deprecated default_runtime table (1.x names the v1 plugin anew)."""
+        for plugin in CRI_DUMP_PLUGINS:
+            if isinstance(get_path(self.effective, ("plugins", plugin, "containerd", "default_runtime")), dict):
+                return ("plugins", plugin, "containerd", "default_runtime")
+        return ("plugins", "cri", "containerd", "default_runtime")
+
+    def _runnable_source(self):
+        """(name, table) the new runtime copies: the runtime pods use today, as containerd runs it. A shim
+        that does not run an OCI runtime binary (kata & co) cannot run the NVIDIA one: runc's table is
+        copied instead, and the warning says so."""
+        name, table = self.source_override or self._source()
+        table = runtime_as_run(table, self._effective_table(name))
+        shim = table.get("runtime_type") or RUNC_TYPE
+        if shim in RUNC_SHIMS + (V1_LINUX_SHIM,):
+            return name, table
+        fallback, table = self._runc_shim_runtime()
+        self.warnings.append(
+            "%s: runtime %r, which pods use today, runs shim %s, which does not start an OCI runtime binary "
+            "(options.BinaryName), so it cannot run %s; runtime %r uses the runc shim (%s) with %s instead. "
+            "Check that its options.SystemdCgroup (%s) matches kubelet's cgroup driver, or define runtime %r "
+            "yourself with the settings it needs."
+            % (self.path, name, shim, self.binary_name or "the NVIDIA runtime", self.name, table["runtime_type"],
+               "the settings of runtime %r" % fallback if fallback else "containerd's defaults",
+               str(get_path(table, ("options", "SystemdCgroup"), False)).lower(), self.name))
+        return fallback, table
+
+    def _runc_shim_runtime(self):
+        """(name, table) of `runc` as containerd runs it, when that is a runc shim; else (None, defaults)."""
+        runc = runtime_as_run(self.runtimes.get("runc"), self._effective_table("runc"))
+        if "runc" != self.name and runc and (runc.get("runtime_type") or RUNC_TYPE) in RUNC_SHIMS:
+            return "runc", dict(runc, runtime_type=runc.get("runtime_type") or RUNC_TYPE)
+        return None, {"runtime_type": RUNC_TYPE}
 
     def _source(self):
         """(name, table) of the runtime pods use today, which the new runtime copies."""
@@ -482,14 +538,15 @@ class _Edit(object):
                 "(same keys), or run without set_as_default. The file was left unchanged."
                 % (self.path, _position(layout, self.legacy_default_path), self.name,
                    render_path(self.runtimes_path, '"')))
-        self.source_name, source = self._source()
-        write_builtin = (not self.runtimes and self.legacy_default is None and self.source_name != self.name
+        self.binary_name = binary
+        self.source_name, source = self._runnable_source()
+        # containerd 1.x: a file that lists any runtime replaces the built-in list, so the runtime
+        # pods use today (or, beside a deprecated default_runtime table, runc) is written out as
+        # containerd runs it now, or it would vanish.
+        builtin_name = "runc" if self.source_name in ("default_runtime", None) else self.source_name
+        write_builtin = (not self.runtimes and builtin_name != self.name
                          and _replaces_builtin_runtimes(self.containerd_version))
-        if write_builtin:
-            # containerd 1.x: a file that lists any runtime replaces the built-in list, so the
-            # runtime pods use today is written out as containerd runs it now, or it would vanish.
-            builtin = effective_runtimes(self.effective).get(self.source_name)
-            source = builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+        builtin = self._builtin(builtin_name) if write_builtin else None
         existing = self.runtimes.get(self.name)
         self.runtime = _desired_runtime(existing, source, binary)
         runtime_path = self.runtimes_path + (self.name,)
@@ -500,16 +557,17 @@ class _Edit(object):
             self._set(self.default_path, self.name)
             planned = copy.deepcopy(self.expected)
             if write_builtin:
-                _set_path(planned, self.runtimes_path + (self.source_name,), source)
+                _set_path(planned, self.runtimes_path + (builtin_name,), builtin)
             _set_path(planned, runtime_path, self.runtime)
             if self._derived_previous(planned) != self.default_name:
                 self._write_marker(self.default_name)
         if write_builtin:
-            self._add_table(self.runtimes_path + (self.source_name,), source, None, comment=BUILTIN_COMMENT)
-            _set_path(self.expected, self.runtimes_path + (self.source_name,), source)
-            self.runtimes = {self.source_name: source}
+            self._add_table(self.runtimes_path + (builtin_name,), builtin, None, comment=BUILTIN_COMMENT)
+            _set_path(self.expected, self.runtimes_path + (builtin_name,), builtin)
+            self.runtimes = {builtin_name: builtin}
         if existing is None:
-            after = self.source_name if self.source_name in self.runtimes else None
+            after = self.source_name if self.source_name in self.runtimes else (
+                builtin_name if builtin_name in self.runtimes else None)
             self._add_table(runtime_path, self.runtime, after)
         else:
             self._update_runtime(runtime_path, existing, self.runtime)
@@ -666,9 +724,28 @@ _NOT_RECORDED = object()
 
 
 def _inherited(table, key):
-    """An inherited key's value, with containerd's default (false) for the boolean ones."""
+    """An inherited key's value, with containerd's defaults (false; the runc shim for no runtime_type)."""
     value = get_path(table, key)
-    return False if value is None and key != ("runtime_type",) else value
+    if key == ("runtime_type",):
+        return value or RUNC_TYPE
+    return False if value is None else value
+
+
+def runtime_as_run(file_table, effective_table):
+    """A runtime as containerd runs it: its effective table (`config dump`) without the zero values a
+    new runtime gets anyway, under the keys the file itself sets."""
+    table = _without_zero_values(effective_table) if isinstance(effective_table, dict) else {}
+    return deep_merge(table, file_table if isinstance(file_table, dict) else {})
+
+
+def _without_zero_values(data):
+    kept = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = _without_zero_values(value)
+        if value not in ("", 0, False, [], {}) or isinstance(value, float):
+            kept[key] = value
+    return kept
 
 
 def _replaces_builtin_runtimes(containerd_version):
@@ -711,8 +788,12 @@ def _desired_runtime(existing, source, binary):
             value = get_path(source, key)
             if value is not None:
                 _set_path(table, key, value)
+    if not table.get("runtime_type"):
+        table["runtime_type"] = RUNC_TYPE  # containerd refuses a container whose runtime has no type
     if binary is not None:
         _set_path(table, ("options", "BinaryName"), binary)
+        if table["runtime_type"] == V1_LINUX_SHIM:
+            _set_path(table, ("options", "Runtime"), binary)  # the v1 shim reads the binary from here
     return table
 
 

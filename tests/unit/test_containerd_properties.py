@@ -492,6 +492,8 @@ def check_edit(text, opts):
     if source is not None and plan.source_runtime != name:
         for key_path in INHERITED:
             expected = _get(source, key_path)
+            if key_path == ("runtime_type",):
+                expected = expected or "io.containerd.runc.v2"  # containerd runs no runtime without a type
             if expected is not None:
                 assert _get(runtimes[name], key_path) == expected, key_path
     # Every original line outside the runtime's table and the keys asked for is kept.

@@ -1,0 +1,165 @@
+"""Editor semantics NVIDIA's own tests check (issue 25): the new runtime is the runtime pods use, as containerd
+runs it, with only the binary changed; v1 files with the deprecated `default_runtime` table; state: absent
+gives back what present found; errors at the end of a file. Dumps here are trimmed copies of real
+`containerd config dump` output (1.6.20, 1.7.24, 2.1.9); tests/integration/test_peer_parity.py proves the
+same cases against the real daemons."""
+import importlib
+
+import pytest
+
+from ansible.module_utils import _internal
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
+    ConfigError, parse, plan_runtime_edit)
+
+BINARY = "/usr/bin/nvidia-container-runtime"
+V16 = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
+V17 = "containerd github.com/containerd/containerd 1.7.24"
+V21 = "containerd github.com/containerd/containerd/v2 2.1.9+unknown"
+ROOT = "/etc/containerd/config.toml"
+CRI3 = "plugins.'io.containerd.cri.v1.runtime'"
+CRI2 = 'plugins."io.containerd.grpc.v1.cri"'
+ZERO_RUNC_21 = {"runtime_type": "io.containerd.runc.v2", "runtime_path": "", "pod_annotations": [],
+                "privileged_without_host_devices": False, "base_runtime_spec": "", "sandboxer": "podsandbox",
+                "options": {"BinaryName": "", "IoUid": 0, "NoNewKeyring": False, "Root": "", "ShimCgroup": "",
+                            "SystemdCgroup": False}}
+BUILTIN_RUNC_1X = {"base_runtime_spec": "", "cni_conf_dir": "", "runtime_type": "io.containerd.runc.v2",
+                   "options": {"BinaryName": "", "SystemdCgroup": False}}
+
+
+def dump_2x(**runc):
+    table = dict(ZERO_RUNC_21)
+    options = dict(table["options"], **runc.pop("options", {}))
+    table.update(runc, options=options)
+    return {"plugins": {"io.containerd.cri.v1.runtime": {"containerd": {
+        "default_runtime_name": "runc", "runtimes": {"runc": table}}}}}
+
+
+def dump_1x(default_runtime=None):
+    containerd = {"default_runtime_name": "runc", "runtimes": {"runc": BUILTIN_RUNC_1X}}
+    if default_runtime is not None:
+        containerd["default_runtime"] = default_runtime
+    return {"plugins": {"io.containerd.grpc.v1.cri": {"containerd": containerd}}}
+
+
+def nvidia(plan):
+    return plan.data["plugins"][plan.cri_plugin]["containerd"]["runtimes"]["nvidia"]
+
+
+def runtimes(plan):
+    return plan.data["plugins"][plan.cri_plugin]["containerd"]["runtimes"]
+
+
+# ---------------------------------------------------------------- the effective table is copied
+
+def test_v3_runc_with_only_systemd_cgroup_gets_the_runc_shim():
+    text = "version = 3\n[%s.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n" % CRI3
+    plan = plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V21,
+                             effective=dump_2x(options={"SystemdCgroup": True}))
+    assert nvidia(plan)["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia(plan)["options"] == {"SystemdCgroup": True, "BinaryName": BINARY}
+
+
+def test_empty_runtime_type_becomes_the_runc_shim_without_a_dump():
+    text = 'version = 2\n[%s.containerd.runtimes.runc]\n  runtime_type = ""\n' % CRI2
+    plan = plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V21)
+    assert nvidia(plan)["runtime_type"] == "io.containerd.runc.v2"
+
+
+def test_settings_only_containerd_knows_are_copied_and_zero_values_left_out():
+    """A runtime as containerd runs it: base_runtime_spec (kind), options.Root, ShimCgroup, IoUid..."""
+    text = "version = 3\n[%s.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n" % CRI3
+    effective = dump_2x(base_runtime_spec="/etc/containerd/cri-base.json",
+                        options={"SystemdCgroup": True, "Root": "/run/runc-k8s", "ShimCgroup": "/shim", "IoUid": 1000,
+                                 "NoNewKeyring": True})
+    table = nvidia(plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V21, effective=effective))
+    assert table == {"runtime_type": "io.containerd.runc.v2", "base_runtime_spec": "/etc/containerd/cri-base.json",
+                     "sandboxer": "podsandbox",
+                     "options": {"SystemdCgroup": True, "Root": "/run/runc-k8s", "ShimCgroup": "/shim", "IoUid": 1000,
+                                 "NoNewKeyring": True, "BinaryName": BINARY}}
+
+
+def test_v1_linux_shim_gets_the_binary_in_options_runtime_too():
+    text = ('[plugins.cri.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runtime.v1.linux"\n'
+            '  [plugins.cri.containerd.runtimes.runc.options]\n    Runtime = "/usr/bin/runc"\n')
+    plan = plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V17)
+    assert nvidia(plan)["runtime_type"] == "io.containerd.runtime.v1.linux"
+    assert nvidia(plan)["options"] == {"Runtime": BINARY, "BinaryName": BINARY}
+    again = plan_runtime_edit(plan.text, ROOT, binary=BINARY, containerd_version=V17)
+    assert not again.changed
+
+
+@pytest.mark.parametrize("shim", ["io.containerd.kata.v2", "io.containerd.runsc.v1"])
+def test_a_shim_that_does_not_run_binary_name_is_not_copied(shim):
+    text = ('version = 2\n[%s.containerd]\n  default_runtime_name = "kata"\n[%s.containerd.runtimes.kata]\n'
+            '  runtime_type = "%s"\n  privileged_without_host_devices = true\n'
+            '  [%s.containerd.runtimes.kata.options]\n    ConfigPath = "/opt/kata/configuration.toml"\n'
+            '[%s.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
+            '  [%s.containerd.runtimes.runc.options]\n    SystemdCgroup = true\n') % (CRI2, CRI2, shim, CRI2, CRI2,
+                                                                                      CRI2)
+    plan = plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V17)
+    assert nvidia(plan) == {"runtime_type": "io.containerd.runc.v2",
+                            "options": {"SystemdCgroup": True, "BinaryName": BINARY}}
+    assert plan.source_runtime == "runc"
+    assert any(shim in w and "does not start an OCI runtime binary" in w for w in plan.warnings)
+
+
+# ---------------------------------------------------------------- v1 files with `default_runtime` (issue 19)
+
+LEGACY_V1 = ('[plugins.cri.containerd.default_runtime]\n  runtime_type = "io.containerd.runtime.v1.linux"\n'
+             '  [plugins.cri.containerd.default_runtime.options]\n    Runtime = "/usr/bin/runc"\n'
+             '    SystemdCgroup = true\n')
+
+
+@pytest.mark.parametrize("version", [V16, V17])
+def test_v1_default_runtime_file_keeps_runc_and_inherits_its_options(version):
+    effective = dump_1x(default_runtime={"runtime_type": "io.containerd.runtime.v1.linux", "runtime_root": "",
+                                         "options": {"Runtime": "/usr/bin/runc", "SystemdCgroup": True}})
+    plan = plan_runtime_edit(LEGACY_V1, ROOT, binary=BINARY, containerd_version=version, effective=effective)
+    assert runtimes(plan)["runc"] == BUILTIN_RUNC_1X  # containerd 1.x would drop its built-in runc otherwise
+    assert nvidia(plan) == {"runtime_type": "io.containerd.runtime.v1.linux",
+                            "options": {"Runtime": BINARY, "SystemdCgroup": True, "BinaryName": BINARY}}
+    assert plan.source_runtime == "default_runtime"
+    assert plan.text.startswith(LEGACY_V1)
+    with pytest.raises(ConfigError, match=r"line 1, column 1: .*deprecated `default_runtime` table"):
+        plan_runtime_edit(LEGACY_V1, ROOT, binary=BINARY, containerd_version=version, effective=effective,
+                          set_as_default=True)
+
+
+# ---------------------------------------------------------------- drop-ins (controller action)
+
+@pytest.fixture(scope="module")
+def action():
+    was_controller = _internal.is_controller
+    try:
+        yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
+    finally:
+        _internal.is_controller = was_controller
+
+
+def edit_args(**overrides):
+    args = dict(name="nvidia", binary=BINARY, set_as_default=False, cdi=False, state="present", drop_in=None,
+                validate=True)
+    args.update(overrides)
+    return args
+
+
+def planned(action, contents, version, dump=None, exists=True, **overrides):
+    files = containerd_imports.from_contents(ROOT, contents, version, {})
+    return files, action.plan_edit(edit_args(**overrides), files, {"exists": exists}, dump)
+
+
+KIND_V2 = ('version = 2\n[%s]\n  sandbox_image = "registry.k8s.io/pause:3.10"\n[%s.containerd]\n'
+           '  default_runtime_name = "runc"\n[%s.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
+           '  base_runtime_spec = "/etc/containerd/cri-base.json"\n  [%s.containerd.runtimes.runc.options]\n'
+           '    SystemdCgroup = true\n') % (CRI2, CRI2, CRI2, CRI2)
+
+
+def test_drop_in_on_containerd_2_copies_the_whole_runtime_kind_uses(action):
+    dropin = "/etc/containerd/conf.d/99-nvidia.toml"
+    effective = dump_2x(base_runtime_spec="/etc/containerd/cri-base.json", options={"SystemdCgroup": True})
+    _files, edit = planned(action, {ROOT: KIND_V2}, V21, dump=effective, drop_in=dropin)
+    assert edit.runtime == {"runtime_type": "io.containerd.runc.v2", "sandboxer": "podsandbox",
+                            "base_runtime_spec": "/etc/containerd/cri-base.json",
+                            "options": {"SystemdCgroup": True, "BinaryName": BINARY}}
+    assert 'base_runtime_spec = "/etc/containerd/cri-base.json"' in edit.changes[dropin]
