@@ -355,11 +355,7 @@ class ActionModule(ValidatedAction):
                 "upgrade to containerd 2.x, which merges drop-ins key by key."
                 % (args["name"], args["drop_in"], files.root.path, files.root.path))
         else:
-            lines.append(
-                "With containerd 1.x an imported file replaces the whole CRI plugin table of the main file. "
-                "Check `imports` in this file and the drop-ins it loads, then edit the file that holds the "
-                "CRI plugin table (or merge the drop-in into the main file)."
-            )
+            lines.append(_guard_cause(files, unintended))
         return "\n".join(lines)
 
 
@@ -527,6 +523,29 @@ def _version_warnings(files):
               % (config.path, version, files.root.path, files.root.version)
               for config, version in files.version_conflicts() if version > files.root.version]
     return _hidden_settings_warning(files) + higher
+
+
+def _guard_cause(files, unintended):
+    """The likeliest reason containerd reads the edited files otherwise than planned, from what is known."""
+    lost_runtimes = sorted(set(item.split(".runtimes.")[1].split(".")[0] for item in unintended
+                               if ".containerd.runtimes." in item and "(would be lost" in item))
+    if files.semantics.replaces_plugin_tables and len(files.files) > 1:
+        return ("With containerd 1.x an imported file replaces the whole CRI plugin table of the files read before "
+                "it; %s loads %s. Edit the file that holds the CRI plugin table (or merge the drop-ins into %s)."
+                % (files.root.path, ", ".join(files.paths()), files.root.path))
+    if files.semantics.replaces_plugin_tables and lost_runtimes:
+        return ("containerd 1.x drops its built-in runtimes (%s) from a file that lists any runtime, and this edit "
+                "did not write them out. Define them in %s as `config dump` shows them, and run again."
+                % (", ".join(lost_runtimes), files.root.path))
+    conflicts = files.version_conflicts()
+    if conflicts:
+        return ("The loaded files have different `version` headers (%s: %s; %s), which containerd migrates "
+                "separately. Give them the same version and run again."
+                % (files.root.path, files.root.version,
+                   ", ".join("%s: %s" % (config.path, version) for config, version in conflicts)))
+    return ("containerd %s reads %s (config version %s) otherwise than this module planned. Compare "
+            "`containerd --config %s config dump` with the file, and report the file (credentials removed) if it "
+            "is valid." % (files.semantics.name(), ", ".join(files.paths()), files.root.version, files.root.path))
 
 
 def _merged_source(files, name):

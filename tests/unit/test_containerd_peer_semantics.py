@@ -163,3 +163,35 @@ def test_drop_in_on_containerd_2_copies_the_whole_runtime_kind_uses(action):
                             "base_runtime_spec": "/etc/containerd/cri-base.json",
                             "options": {"SystemdCgroup": True, "BinaryName": BINARY}}
     assert 'base_runtime_spec = "/etc/containerd/cri-base.json"' in edit.changes[dropin]
+
+
+class _Changed(object):
+    changes = {ROOT: ""}
+
+
+def guard_message(action, contents, version, unintended):
+    files = containerd_imports.from_contents(ROOT, contents, version, {})
+    return action.ActionModule._guard_message(edit_args(), _Changed(), files, unintended, [])
+
+
+def test_guard_names_lost_builtin_runtimes_not_imports_in_a_file_without_imports(action):
+    lost = ['plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.runtime_type (would be lost; was '
+            "'io.containerd.runc.v2')"]
+    message = guard_message(action, {ROOT: LEGACY_V1}, V16, lost)
+    assert "containerd 1.x drops its built-in runtimes (runc) from a file that lists any runtime" in message
+    assert "imported file" not in message
+
+
+def test_guard_names_the_imports_when_there_are_some(action):
+    dropin = "/etc/containerd/conf.d/10-cri.toml"
+    contents = {ROOT: 'version = 2\nimports = ["%s"]\n' % dropin, dropin: KIND_V2}
+    message = guard_message(action, contents, V17, ["x (would change from 1 to 2)"])
+    assert "an imported file replaces the whole CRI plugin table" in message and dropin in message
+
+
+def test_guard_names_version_headers_that_differ(action):
+    dropin = "/etc/containerd/conf.d/10-cri.toml"
+    contents = {ROOT: 'version = 3\nimports = ["%s"]\n' % dropin, dropin: KIND_V2}
+    message = guard_message(action, contents, V21, ["x (would change from 1 to 2)"])
+    assert "different `version` headers (%s: 3; %s: 2)" % (ROOT, dropin) in message
+    assert "imported file replaces" not in message
