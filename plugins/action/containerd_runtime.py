@@ -30,7 +30,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
-    ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
+    CREATED_COMMENT, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
 
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
@@ -385,7 +385,7 @@ class Edit(object):
     def write_order(self, root_path):
         """Imported files first (the root never names a missing file), removals after the root."""
         kept = [(p, self.changes[p]) for p in self.order if p != root_path and self.changes[p] is not None]
-        root = [(root_path, self.changes[root_path])] if root_path in self.changes else []
+        root = [(root_path, self.changes[root_path])] if self.changes.get(root_path) is not None else []
         removed = [(p, None) for p in self.order if self.changes[p] is None]
         return kept + root + removed
 
@@ -481,7 +481,18 @@ def _plan_absent(args, files, dump):
         edit.set(drop_in.path, drop_in.text, None)
         edit.set(root.path, root.text, imports_mod.remove_import(edit.changes.get(root.path, root.text),
                                                                  drop_in.path, root.path))
+    if edit.changes.get(root.path) is not None and _holds_nothing(edit.changes[root.path], root.path):
+        edit.set(root.path, root.text, None)  # containerd reads no file as it reads one that sets nothing
     return edit
+
+
+def _holds_nothing(text, path):
+    """Whether a file this module created sets nothing but `version` (and holds no other comment)."""
+    if not text.startswith(CREATED_COMMENT + "\n"):
+        return False
+    data = parse(text, path)
+    data.pop("version", None)
+    return "#" not in text[len(CREATED_COMMENT):] and all(value == {} for value in effective.flatten(data).values())
 
 
 def _set_default_where_read(edit, files, target_path, name):
@@ -584,8 +595,7 @@ def candidate_files(edit, files, globs, containerd_version):
     """(root text, companions) for the guard: the root's imports list every file of the edited state in
     containerd's order; changed files (and files with imports of their own, their imports emptied: the root's
     list already holds what they import, in order) become companions in the node's private directory."""
-    contents = dict((config.path, config.text) for config in files.files)
-    contents.update(edit.changes)
+    contents = _edited_contents(edit, files)
     if len(files.files) == 1 and set(edit.changes) <= set([files.root.path]):
         return contents[files.root.path], []
     candidate = imports_mod.from_contents(files.root.path, contents, containerd_version, globs)
@@ -599,6 +609,15 @@ def candidate_files(edit, files, globs, containerd_version):
         else:
             entries.append(config.path)
     return imports_mod.replace_imports(candidate.root.text, entries, files.root.path), companions
+
+
+def _edited_contents(edit, files):
+    """path -> text of the edited state (None: a removed drop-in; a removed root file reads as empty)."""
+    contents = dict((config.path, config.text) for config in files.files)
+    contents.update(edit.changes)
+    if contents[files.root.path] is None:
+        contents[files.root.path] = ""
+    return contents
 
 
 def _refuse_unchecked_drop_in(args, edit, files, current):
@@ -666,8 +685,7 @@ def _effective_default(edit, files, globs):
     if not edit.changed:
         state = files
     else:
-        contents = dict((config.path, config.text) for config in files.files)
-        contents.update(edit.changes)
+        contents = _edited_contents(edit, files)
         state = imports_mod.from_contents(files.root.path, contents, files.containerd_version, globs)
     setter = state.default_set_in()
     return setter.default_runtime() if setter is not None else "runc"

@@ -63,6 +63,8 @@ RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1")
 V1_LINUX_SHIM = "io.containerd.runtime.v1.linux"
 BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today: with containerd 1.x "
                    "a file that lists any runtime replaces the built-in list")
+# The first line of a file this module creates: state: absent removes the file again once it holds nothing else.
+CREATED_COMMENT = "# Created by gpunode.nvidia.containerd_runtime (state: absent removes it when nothing else is set)."
 # Keys a runtime must share with the runtime pods use today, even when it already exists.
 INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
 # Written above default_runtime_name only when the previous default cannot be derived from the file.
@@ -610,21 +612,65 @@ class _Edit(object):
                 if previous is _NOT_RECORDED:
                     previous = self._derived_previous(self.data)
             self.source_name = previous if previous is not _NOT_RECORDED else None
+            binaries = _binaries_of(self.runtimes[self.name])
             self._remove_tree(runtime_path)
             del get_path(self.expected, self.runtimes_path)[self.name]
             if self.default_name == self.name:
                 self._restore_default(previous)
+            self._forget_binaries_in_legacy_default(binaries)
+            self._remove_written_out_builtin()
+            self._remove_emptied_tables()
+
+    def _forget_binaries_in_legacy_default(self, binaries):
+        """A deprecated default_runtime table that runs the removed runtime's binary runs runc again
+        (the v1 shim's and runc shim's default when Runtime/BinaryName are unset)."""
+        if self.legacy_default is None:
+            return
+        for key in ("BinaryName", "Runtime"):
+            key_path = self.legacy_default_path + ("options", key)
+            if get_path(self.expected, key_path) in binaries:
+                self._remove_key(key_path)
+
+    def _remove_written_out_builtin(self):
+        """The runc that present wrote out (containerd 1.x would have dropped it) goes once it is alone
+        again and still as containerd builds it: containerd's own runc takes its place."""
+        runc_path = self.runtimes_path + ("runc",)
+        remaining = get_path(self.expected, self.runtimes_path)
+        layout = Layout(self.text)
+        header = layout.header(runc_path)
+        if (self.name == "runc" or not isinstance(remaining, dict) or list(remaining) != ["runc"]
+                or header is None or not _is_builtin_runc(remaining["runc"])):
+            return
+        start = self.text.rfind("\n", 0, max(header.start - 1, 0)) + 1
+        if self.text[start:header.start].strip() != "# " + BUILTIN_COMMENT:
+            return
+        self.text = self.text[:start] + self.text[header.start:]
+        self._remove_tree(runc_path)
+        del remaining["runc"]
+
+    def _remove_emptied_tables(self):
+        """Table headers this edit left with nothing under them go: present added them (containerd 1.x
+        reads an empty `runtimes` table as "no runtime at all" and refuses to start)."""
+        for table_path in (self.runtimes_path, self.cri + ("containerd",), self.cri, self.cri[:1]):
+            layout = Layout(self.text)
+            header = layout.header(table_path)
+            if (header is not None and layout.under(table_path) == [header] and get_path(self.data, table_path)
+                    and not _pruned(get_path(self.expected, table_path))):
+                self._remove_tree(table_path)
+
+    def _remove_key(self, key_path):
+        layout = Layout(self.text)
+        self._refuse_inline(key_path, layout)
+        entry = layout.key(key_path)
+        self.text = self.text[:entry.start] + self.text[entry.end:]
+        del get_path(self.expected, key_path[:-1])[key_path[-1]]
 
     def _restore_default(self, previous):
         marker = self._marker(Layout(self.text))
         if marker is not None:
             self.text = self.text[:marker[0]] + self.text[marker[1]:]
         if previous is None:
-            layout = Layout(self.text)
-            self._refuse_inline(self.default_path, layout)
-            entry = layout.key(self.default_path)
-            self.text = self.text[:entry.start] + self.text[entry.end:]
-            del get_path(self.expected, self.default_path[:-1])[self.default_path[-1]]
+            self._remove_key(self.default_path)
         else:
             self._set(self.default_path, previous)
 
@@ -731,6 +777,18 @@ def _inherited(table, key):
     return False if value is None else value
 
 
+def _binaries_of(table):
+    """The OCI runtime binaries a runtime table names (options.BinaryName, the v1 shim's options.Runtime)."""
+    return [value for value in (get_path(table, ("options", key)) for key in ("BinaryName", "Runtime"))
+            if isinstance(value, str) and value]
+
+
+def _is_builtin_runc(table):
+    """Whether a runtime table says nothing containerd's built-in runc does not (1.6/1.7 `config dump`)."""
+    return runtime_as_run(None, table) in ({"runtime_type": RUNC_TYPE},
+                                           {"runtime_type": RUNC_TYPE, "sandbox_mode": "podsandbox"})
+
+
 def runtime_as_run(file_table, effective_table):
     """A runtime as containerd runs it: its effective table (`config dump`) without the zero values a
     new runtime gets anyway, under the keys the file itself sets."""
@@ -774,7 +832,9 @@ def _comparable(data):
 
 
 def _with_version(text, version):
-    prefix = text if not text or text.endswith("\n") else text + "\n"
+    if not text:
+        return CREATED_COMMENT + "\nversion = %d\n" % version
+    prefix = text if text.endswith("\n") else text + "\n"
     return prefix + "version = %d\n" % version
 
 

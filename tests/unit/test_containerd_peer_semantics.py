@@ -195,3 +195,74 @@ def test_guard_names_version_headers_that_differ(action):
     message = guard_message(action, contents, V21, ["x (would change from 1 to 2)"])
     assert "different `version` headers (%s: 3; %s: 2)" % (ROOT, dropin) in message
     assert "imported file replaces" not in message
+
+
+# ---------------------------------------------------------------- state: absent gives back what present found
+
+NODEADM_GPU = ('version = 2\nroot = "/var/lib/containerd"\nstate = "/run/containerd"\n\n[grpc]\n'
+               'address = "/run/containerd/containerd.sock"\n\n[%s.containerd]\ndefault_runtime_name = "nvidia"\n'
+               'discard_unpacked_layers = true\n\n[%s]\nsandbox_image = "602401143452.dkr.ecr.us-west-2.amazonaws.com/'
+               'eks/pause:3.5"\n\n[%s.registry]\nconfig_path = "/etc/containerd/certs.d:/etc/docker/certs.d"\n\n'
+               '[%s.containerd.runtimes]\n\n[%s.containerd.runtimes.nvidia]\nruntime_type = "io.containerd.runc.v2"\n'
+               'base_runtime_spec = "/etc/containerd/base-runtime-spec.json"\n\n'
+               '[%s.containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"\n'
+               'SystemdCgroup = true\n\n[%s.cni]\nbin_dir = "/opt/cni/bin"\nconf_dir = "/etc/cni/net.d"\n') % ((CRI2,) * 7)
+
+
+def test_absent_never_leaves_an_empty_runtimes_table():
+    plan = plan_runtime_edit(NODEADM_GPU, ROOT, state="absent", containerd_version=V17)
+    data = parse(plan.text, ROOT)
+    assert "runtimes" not in data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert "[%s.containerd.runtimes]" % CRI2 not in plan.text
+    assert 'sandbox_image = "602401143452' in plan.text
+
+
+@pytest.mark.parametrize("version", [V16, V17])
+@pytest.mark.parametrize("options", [{}, {"set_as_default": True}])
+def test_present_absent_present_on_a_missing_file_round_trips(action, version, options):
+    _files, added = planned(action, {ROOT: ""}, version, exists=False, **options)
+    created = added.changes[ROOT]
+    assert "# containerd's built-in runtime" in created
+    _files, removed = planned(action, {ROOT: created}, version, state="absent")
+    assert removed.changes == {ROOT: None}  # the file present created is removed
+    _files, again = planned(action, {ROOT: ""}, version, exists=False, **options)
+    assert again.changes == {ROOT: created}
+
+
+@pytest.mark.parametrize("text", ["version = 2\n", "# managed by hand\nversion = 2\n",
+                                  'version = 2\n[%s.containerd]\n  snapshotter = "overlayfs"\n' % CRI2])
+def test_absent_after_present_gives_back_the_original_file_on_containerd_1(action, text):
+    _files, added = planned(action, {ROOT: text}, V17, set_as_default=True)
+    _files, removed = planned(action, {ROOT: added.changes[ROOT]}, V17, state="absent")
+    assert removed.changes[ROOT] == text
+
+
+def test_absent_on_1x_removes_our_drop_in_and_its_import_line(action):
+    dropin = "/etc/containerd/conf.d/99-nvidia.toml"
+    root = 'version = 2\nimports = ["%s"]\n' % dropin
+    contents = {ROOT: 'version = 2\n', dropin: None}
+    _files, added = planned(action, contents, V17, drop_in=dropin)
+    assert added.changes[ROOT] == root and "# containerd's built-in runtime" in added.changes[dropin]
+    _files, removed = planned(action, {ROOT: root, dropin: added.changes[dropin]}, V17, drop_in=dropin,
+                              state="absent")
+    assert removed.changes == {dropin: None, ROOT: "version = 2\n"}
+
+
+def test_absent_gives_runc_back_to_a_default_runtime_table_that_ran_the_removed_binary():
+    text = ('[plugins.cri.containerd.default_runtime]\n  runtime_type = "io.containerd.runtime.v1.linux"\n'
+            '  [plugins.cri.containerd.default_runtime.options]\n    Runtime = "%s"\n    SystemdCgroup = true\n'
+            '[plugins.cri.containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runtime.v1.linux"\n'
+            '  [plugins.cri.containerd.runtimes.nvidia.options]\n    Runtime = "%s"\n    BinaryName = "%s"\n'
+            '    SystemdCgroup = true\n' % (BINARY, BINARY, BINARY))
+    plan = plan_runtime_edit(text, ROOT, state="absent", containerd_version=V16)
+    assert BINARY not in plan.text
+    assert parse(plan.text, ROOT)["plugins"]["cri"]["containerd"]["default_runtime"] == {
+        "runtime_type": "io.containerd.runtime.v1.linux", "options": {"SystemdCgroup": True}}
+
+
+def test_absent_after_present_on_a_v1_default_runtime_file_gives_it_back():
+    effective = dump_1x(default_runtime={"runtime_type": "io.containerd.runtime.v1.linux",
+                                         "options": {"Runtime": "/usr/bin/runc", "SystemdCgroup": True}})
+    added = plan_runtime_edit(LEGACY_V1, ROOT, binary=BINARY, containerd_version=V16, effective=effective)
+    removed = plan_runtime_edit(added.text, ROOT, state="absent", containerd_version=V16)
+    assert removed.text == LEGACY_V1
