@@ -246,6 +246,9 @@ def run_on(module, command, target, shown_as):
 
 
 def run_on_content(module, command, path, data):
+    if not os.path.isdir(os.path.dirname(path)):
+        # Nothing to write beside a file whose directory is not there yet (a real write creates it, 0755).
+        return run_with_companions(module, command, path, data, [])
     tmp = write_temp_beside(path, data)
     try:
         return run_on(module, command, tmp, path)

@@ -266,3 +266,35 @@ def test_absent_after_present_on_a_v1_default_runtime_file_gives_it_back():
     added = plan_runtime_edit(LEGACY_V1, ROOT, binary=BINARY, containerd_version=V16, effective=effective)
     removed = plan_runtime_edit(added.text, ROOT, state="absent", containerd_version=V16)
     assert removed.text == LEGACY_V1
+
+
+# ---------------------------------------------------------------- a node without /etc/containerd (config_file)
+
+def run_config_file(capsys, check_mode=False, **args):
+    import json
+    from ansible.module_utils.testing import patch_module_args
+    from ansible_collections.gpunode.nvidia.plugins.modules import config_file
+    if check_mode:
+        args["_ansible_check_mode"] = True
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            config_file.main()
+    return json.loads(capsys.readouterr().out)
+
+
+DUMP = ["/bin/sh", "-c", "cat %s; echo read-from:%s"]
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_missing_parent_directory_is_read_and_checked_without_creating_it(capsys, tmp_path, check_mode):
+    path = tmp_path / "etc-containerd" / "config.toml"
+    read = run_config_file(capsys, check_mode, path=str(path), op="read", command=DUMP)
+    assert read["exists"] is False and read["command_rc"] == 0 and "read-from:%s" % path in read["command_stdout"]
+    checked = run_config_file(capsys, check_mode, path=str(path), op="check", content="version = 2\n",
+                              command=DUMP)
+    assert checked["command_stdout"] == "version = 2\nread-from:%s\n" % path
+    written = run_config_file(capsys, check_mode, path=str(path), op="write", content="version = 2\n")
+    assert written["changed"] and not written.get("failed")
+    assert path.exists() is not check_mode and path.parent.exists() is not check_mode
+    if not check_mode:
+        assert oct(path.parent.stat().st_mode & 0o777) == "0o755"
