@@ -126,6 +126,9 @@ def parse(text, path):
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+                at_end = re.search(r"^(.*) \(at end of document\)$", str(exc))
+                if at_end:
+                    raise _syntax_error(path, *_end_of_file(text, at_end.group(1)))
                 reason, line, col = match.groups() if match else (str(exc), "?", "?")
                 raise _syntax_error(path, line, col, reason)
         else:  # pragma: no cover
@@ -139,6 +142,21 @@ def parse(text, path):
                           "flatten it and run again." % path)
     _check_depth(data, path)
     return data
+
+
+_HEADER = re.compile(r"^[ \t]*(\[\[?[^\]\n]+\]\]?)")
+
+
+def _end_of_file(text, reason):
+    """(line, column, reason) for an error the parser met at the end of the file: the last line, and the
+    table that was still open there (where an unclosed string or array usually began)."""
+    lines = text.split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    headers = [match.group(1) for match in (_HEADER.match(line) for line in lines) if match]
+    where = " in table %s" % headers[-1] if headers else " at the top level (before any table)"
+    return (len(lines), len(lines[-1]) + 1,
+            "%s at the end of the file (the last line)%s" % (reason, where))
 
 
 def _syntax_error(path, line, col, reason):

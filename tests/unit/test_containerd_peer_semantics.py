@@ -298,3 +298,20 @@ def test_missing_parent_directory_is_read_and_checked_without_creating_it(capsys
     assert path.exists() is not check_mode and path.parent.exists() is not check_mode
     if not check_mode:
         assert oct(path.parent.stat().st_mode & 0o777) == "0o755"
+
+
+# ---------------------------------------------------------------- syntax errors at the end of a file
+
+@pytest.mark.parametrize("text,expected", [
+    ('version = 2\n[%s.registry]\n  config_path = "/etc/containerd/certs.d' % CRI2,
+     r'line 3, column 41: Unterminated string at the end of the file \(the last line\) in table '
+     r'\[plugins."io.containerd.grpc.v1.cri".registry\]'),
+    ('version = 2\nimports = ["/etc/containerd/conf.d/*.toml",\n', r"line 2, column 44: Invalid value at the end "
+     r"of the file \(the last line\) at the top level"),
+    ("version = 2\n[debug]\n  level = ", r"line 3, column 11: Invalid value at the end of the file \(the last line\) in "
+     r"table \[debug\]"),
+])
+def test_syntax_error_at_the_end_of_a_file_names_the_last_line_and_the_open_table(text, expected):
+    with pytest.raises(ConfigError, match=expected) as err:
+        plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V21)
+    assert "?" not in str(err.value) and str(err.value).startswith(ROOT + ": ")
