@@ -330,7 +330,8 @@ class ActionModule(ValidatedAction):
                    mask_text(candidate["command_stderr"].strip()))
             )
         after = effective.load_dump(candidate["command_stdout"])
-        intended, unintended = effective.compare(_without_imports(before), _without_imports(after), args["name"])
+        intended, unintended = effective.compare(_without_imports(before), _without_imports(after), args["name"],
+                                                 args["state"])
         problems = effective.check_effect(after, edit.plan, args["binary"], args["set_as_default"], args["state"])
         if unintended or problems:
             raise effective.GuardError(self._guard_message(args, edit, files, unintended, problems))
