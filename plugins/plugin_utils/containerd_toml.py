@@ -654,22 +654,23 @@ class _Edit(object):
         again and still as containerd builds it: containerd's own runc takes its place."""
         runc_path = self.runtimes_path + ("runc",)
         remaining = get_path(self.expected, self.runtimes_path)
-        layout = Layout(self.text)
-        header = layout.header(runc_path)
         if (self.name == "runc" or not isinstance(remaining, dict) or list(remaining) != ["runc"]
-                or header is None or not _is_builtin_runc(remaining["runc"])):
+                or not _is_builtin_runc(remaining["runc"])):
             return
-        start = self.text.rfind("\n", 0, max(header.start - 1, 0)) + 1
-        if self.text[start:header.start].strip() != "# " + BUILTIN_COMMENT:
+        first = Layout(self.text).under(runc_path)[0]  # its header, or its first dotted key
+        start = self.text.rfind("\n", 0, max(first.start - 1, 0)) + 1
+        if self.text[start:first.start].strip() != "# " + BUILTIN_COMMENT:
             return
-        self.text = self.text[:start] + self.text[header.start:]
+        self.text = self.text[:start] + self.text[first.start:]
         self._remove_tree(runc_path)
         del remaining["runc"]
 
     def _remove_emptied_tables(self):
-        """Table headers this edit left with nothing under them go: present added them (containerd 1.x
-        reads an empty `runtimes` table as "no runtime at all" and refuses to start)."""
-        for table_path in (self.runtimes_path, self.cri + ("containerd",), self.cri, self.cri[:1]):
+        """The `containerd` table header present added for default_runtime_name goes once empty again; so
+        does an emptied `runtimes` table where containerd 1.x may read it (as "no runtime at all": it
+        refuses to start)."""
+        emptied = (self.runtimes_path,) if _replaces_builtin_runtimes(self.containerd_version) else ()
+        for table_path in emptied + (self.cri + ("containerd",),):
             layout = Layout(self.text)
             header = layout.header(table_path)
             if (header is not None and layout.under(table_path) == [header] and get_path(self.data, table_path)
@@ -741,7 +742,7 @@ class _Edit(object):
         anchor = _defining_ancestor(layout, table_path)
         if anchor is not None and anchor[0] == "dotted" and not _headers_under(layout, anchor[1] + table_path[
                 len(anchor[1]):len(anchor[1]) + 1]):
-            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table)
+            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table, comment)
             return
         if header is not None or dotted:
             raise ConfigError("%s: %s is already defined; refusing to define it twice. %s"
@@ -954,11 +955,12 @@ def _render_keys(prefix, table, indent, quote):
                    for key_path, value in _leaves(table))
 
 
-def _insert_dotted(text, layout, dotted, table_path, table):
+def _insert_dotted(text, layout, dotted, table_path, table, comment=None):
     """Add `table`'s leaves as dotted keys beside the last dotted entry that defines its ancestor."""
     last = dotted[-1]
     prefix = table_path[len(last.table):]
-    return _insert(text, last.end, _render_keys(prefix, table, last.indent, layout.quote_char()))
+    block = _render_keys(prefix, table, last.indent, layout.quote_char())
+    return _insert(text, last.end, ("%s# %s\n" % (last.indent, comment) if comment else "") + block)
 
 
 def _defining_ancestor(layout, table_path):
