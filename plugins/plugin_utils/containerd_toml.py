@@ -441,23 +441,17 @@ class _Edit(object):
 
     def _builtin(self, name):
         """containerd's own table of runtime `name` as it runs today (from `config dump`)."""
-        builtin = effective_runtimes(self.effective).get(name)
-        return builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+        return self._effective_table(name) or {"runtime_type": RUNC_TYPE}
 
     def _effective_table(self, name):
-        """Runtime `name` as containerd runs it (`config dump`), or None when not known."""
-        if name == "default_runtime":
-            table = get_path(self.effective, self.legacy_default_path_in_dump())
-        else:
-            table = effective_runtimes(self.effective).get(name)
-        return table if isinstance(table, dict) else None
-
-    def legacy_default_path_in_dump(self):
-        """Where `config dump` shows the deprecated default_runtime table (1.x names the v1 plugin anew)."""
+        """Runtime `name` (or the deprecated default_runtime table) as containerd runs it, or None."""
+        if name != "default_runtime":
+            return effective_runtimes(self.effective).get(name) or None
         for plugin in CRI_DUMP_PLUGINS:
-            if isinstance(get_path(self.effective, ("plugins", plugin, "containerd", "default_runtime")), dict):
-                return ("plugins", plugin, "containerd", "default_runtime")
-        return ("plugins", "cri", "containerd", "default_runtime")
+            table = get_path(self.effective, ("plugins", plugin, "containerd", "default_runtime"))
+            if isinstance(table, dict):
+                return table
+        return None
 
     def _runnable_source(self):
         """(name, table) the new runtime copies: the runtime pods use today, as containerd runs it. A shim

@@ -15,7 +15,6 @@ STARTED on the edited file and must list the runtime over CRI; where the existin
 there is the STAND-IN tests/testbed/stand-ins/nvidia-container-runtime (records its call, execs runc).
 """
 import importlib
-import os
 import subprocess
 
 import pytest
@@ -319,7 +318,7 @@ def source_as_run(dump, source):
 
 @pytest.mark.parametrize("case,release", PARAMS, ids=IDS)
 def test_new_runtime_is_the_runtime_pods_use_with_only_the_binary_changed(case, release, containerd_dist,
-                                                                         base_spec, tmp_path):
+                                                                          base_spec, tmp_path):
     dist = containerd_dist(release)
     text = text_of(case, base_spec)
     new_text, before, after, edit = edited(dist, text, tmp_path)
@@ -368,7 +367,7 @@ def test_absent_on_a_nodeadm_gpu_file_leaves_containerd_a_runtime(release, conta
 
 @pytest.mark.parametrize("release", OLD)
 def test_set_as_default_beside_a_v1_default_runtime_table_is_refused_naming_it(release, containerd_dist, base_spec,
-                                                                                tmp_path):
+                                                                               tmp_path):
     """containerd 1.x makes the deprecated table the default whatever default_runtime_name says."""
     with pytest.raises(ConfigError, match=r"line 22, column 7: this file sets the deprecated `default_runtime` "
                                           r"table"):
@@ -449,4 +448,3 @@ def test_sandbox_starts_through_a_runtime_copied_from_a_partial_runc_table(priva
     assert ctrd.standin_invocations(), "the sandbox did not start through the NVIDIA runtime's binary"
     removed = configure(ctrd, state="absent")
     assert removed["changed"] and "nvidia" not in ctrd.read_config()
-
