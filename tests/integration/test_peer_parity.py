@@ -448,3 +448,34 @@ def test_sandbox_starts_through_a_runtime_copied_from_a_partial_runc_table(priva
     assert ctrd.standin_invocations(), "the sandbox did not start through the NVIDIA runtime's binary"
     removed = configure(ctrd, state="absent")
     assert removed["changed"] and "nvidia" not in ctrd.read_config()
+
+
+# ---------------------------------------------------------------- the module on a node's files (config dump only)
+
+def module_on(dist, path, check=False, **args):
+    args = dict(args, path=str(path), binary=BINARY, containerd_binary=dist.containerd, allow_path_mismatch=True)
+    return run_module("gpunode.nvidia.containerd_runtime", args, path_prepend=[dist.bin_dir], check=check)
+
+
+def test_missing_config_directory_then_absent_on_containerd_1_7(containerd_dist, tmp_path):
+    """No /etc/containerd: check mode creates nothing; present creates it 0755; absent removes the file it made."""
+    dist = containerd_dist("trixie")
+    path = tmp_path / "etc-containerd" / "config.toml"
+    checked = module_on(dist, path, check=True)
+    assert checked["changed"] and checked["validated"] and not path.parent.exists(), checked
+    added = module_on(dist, path)
+    assert added["changed"] and added["validated"] and oct(path.parent.stat().st_mode & 0o777) == "0o755", added
+    removed = module_on(dist, path, state="absent")
+    assert removed["changed"] and removed["files"][0]["removed"] and not path.exists(), removed
+
+
+def test_absent_removes_our_1x_drop_in_and_its_import(containerd_dist, tmp_path):
+    """containerd 1.7: a drop-in left behind would hide every later CRI edit of config.toml."""
+    dist = containerd_dist("trixie")
+    root, drop_in = tmp_path / "config.toml", tmp_path / "conf.d" / "99-nvidia.toml"
+    root.write_text("version = 2\n")
+    added = module_on(dist, root, drop_in=str(drop_in))
+    assert added["changed"] and added["validated"] and drop_in.exists(), added
+    removed = module_on(dist, root, drop_in=str(drop_in), state="absent")
+    assert removed["changed"] and removed["validated"], removed
+    assert not drop_in.exists() and root.read_text() == "version = 2\n"
