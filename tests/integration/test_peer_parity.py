@@ -479,3 +479,18 @@ def test_absent_removes_our_1x_drop_in_and_its_import(containerd_dist, tmp_path)
     removed = module_on(dist, root, drop_in=str(drop_in), state="absent")
     assert removed["changed"] and removed["validated"], removed
     assert not drop_in.exists() and root.read_text() == "version = 2\n"
+
+
+def test_drop_in_on_containerd_2_copies_the_whole_runtime_kind_uses(containerd_dist, base_spec, tmp_path):
+    """kind's runc (base_runtime_spec, SystemdCgroup) copied whole into a drop-in; absent gives the files back."""
+    dist = containerd_dist("sid")
+    root, drop_in = tmp_path / "config.toml", tmp_path / "conf.d" / "99-nvidia.toml"
+    original = text_of("kind", base_spec)
+    root.write_text(original)
+    added = module_on(dist, root, drop_in=str(drop_in))
+    assert added["changed"] and added["validated"] and added["defined_in"] == str(drop_in), added
+    nvidia = effective.runtime_in_dump(config_dump(dist, root.read_text(), tmp_path), "nvidia")
+    assert nvidia["base_runtime_spec"] == base_spec and nvidia["options"]["SystemdCgroup"] is True
+    assert nvidia["options"]["BinaryName"] == BINARY and nvidia["runtime_type"] == "io.containerd.runc.v2"
+    removed = module_on(dist, root, drop_in=str(drop_in), state="absent")
+    assert removed["changed"] and not drop_in.exists() and root.read_text() == original, removed
