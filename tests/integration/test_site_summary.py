@@ -87,3 +87,27 @@ def test_check_mode_is_said_in_the_summary(tmp_path):
     output = run_site(tmp_path, check=True)
     assert all(node["check_mode"] for node in summary_nodes(tmp_path).values())
     assert "(check mode: nothing was changed; a real run would do this)" in " ".join(output.split())
+
+
+def test_a_node_lost_during_the_run_is_marked_unreachable(tmp_path):
+    # node-c answers on no port: its first task that reaches the node (the discovery of the runtime stage,
+    # switched on for it alone) loses it. The stage switches are inventory variables here, not -e, so that
+    # node-c can have its own.
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        "node-a ansible_connection=local\nnode-b ansible_connection=local\n"
+        "node-c ansible_connection=ssh ansible_host=127.0.0.1 ansible_port=9 gpunode_runtime_stage=true\n"
+        "[all:vars]\n" + "".join("%s=false\n" % stage for stage in STAGES))
+    leave_a_previous_summary(tmp_path)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), PLAYBOOK,
+            "-e", json.dumps({"gpunode_hosts": "node-*"})]
+    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=300, check=False)
+    assert proc.returncode != 0, proc.stdout
+    nodes = summary_nodes(tmp_path)
+    assert sorted(nodes) == ["node-a", "node-b", "node-c"], nodes
+    assert nodes["node-c"]["status"] == "unreachable", (nodes, proc.stdout)
+    assert nodes["node-a"]["status"] == nodes["node-b"]["status"] == "ok", nodes
+    assert "node-c: UNREACHABLE, nothing more was done there" in proc.stdout
