@@ -54,9 +54,10 @@ sanity:
 galaxy-import:
 	tests/galaxy/import.sh
 
-# Regenerate the variables tables of roles/*/README.md from meta/argument_specs.yml.
+# Regenerate the variables tables of roles/*/README.md and docs/variables.md from meta/argument_specs.yml.
 role-docs:
 	$(PY) tests/tools/role_readme.py
+	$(PY) tests/tools/variables_doc.py
 
 # Check the changelog fragments, then write CHANGELOG.md with antsibull-changelog (a preview of the
 # galaxy.yml version until `antsibull-changelog release` is run for a release).

@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import collections
 import copy
+import fnmatch
 import posixpath
 
 from ansible.errors import AnsibleActionFail
@@ -27,10 +28,11 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import Valid
 # One argument spec, documented with the module: the action validates with it before anything runs.
 from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime import ARGUMENT_SPEC
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
-    BOM, INHERITED_KEYS, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
+    BOM, CREATED_COMMENT, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
 
 NODE_MODULE = "gpunode.nvidia.config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
@@ -193,6 +195,8 @@ class ActionModule(ValidatedAction):
             containerd_version=current.get("binary_version"),
         )
         warnings = edit.warnings + warnings
+        if args["state"] == "present" and not current["paths"].get(args["binary"]):
+            warnings.append(missing_binary_warning(args["binary"], args["name"]))
         if warnings:
             result["warnings"] = warnings
         if edit.changed:
@@ -267,18 +271,28 @@ class ActionModule(ValidatedAction):
                 # k0s imports every file of its drop-in directory: ours gets a file of its own.
                 return target, posixpath.join(target.get("edit_path") or target["dropin_dir"], DROPIN_NAME)
             return target, target.get("edit_path") or DEFAULT_PATH
-        if (target is not None and target.get("selected_by") == "kubelet" and target["kind"] == "containerd"
-                and posixpath.dirname(args["path"]) != target.get("dropin_dir")
-                and args["path"] not in (target.get("edit_path"), target.get("config_path"))
-                and not args["allow_path_mismatch"]):
-            raise ConfigError(
+        if target is not None and not args["allow_path_mismatch"] and _not_read_by(target, args["path"]):
+            raise ConfigError(self._path_mismatch_message(args["path"], target))
+        return target, args["path"]
+
+    @staticmethod
+    def _path_mismatch_message(path, target):
+        """A path that is not the file the containerd on this node reads: a typo, or incident I2."""
+        if target.get("selected_by") == "kubelet":
+            return (
                 "%s is not the config of the containerd kubelet uses: kubelet talks to %s, served by the %s "
                 "containerd that reads %s (edit %s). Editing %s would leave GPU pods failing with "
                 "'no runtime for \"nvidia\" is configured' (incident I2). Leave path unset to configure the right "
                 "instance, or set allow_path_mismatch: true to edit %s anyway."
-                % (args["path"], target.get("socket"), target.get("platform"), target.get("config_path"),
-                   target.get("edit_path"), args["path"], args["path"]))
-        return target, args["path"]
+                % (path, target.get("socket"), target.get("platform"), target.get("config_path"),
+                   target.get("edit_path"), path, path))
+        return (
+            "%s is not the config of the containerd on this node: the %s containerd (%s) reads %s, and no "
+            "kubelet says otherwise. Nothing was changed. Check the path for a typo: leave path unset (role "
+            "variable container_runtime_containerd_config) to configure %s, or set allow_path_mismatch: true "
+            "(container_runtime_containerd_allow_path_mismatch) to edit %s anyway."
+            % (path, target.get("platform"), target.get("service") or "pid %s" % target.get("pid"),
+               target.get("config_path"), target.get("edit_path") or target.get("config_path"), path))
 
     @staticmethod
     def _containerd_binary(args, target, path):
@@ -331,6 +345,8 @@ class ActionModule(ValidatedAction):
         if not edit.changed:
             return True, [], []
         content, companions = candidate_files(edit, files, globs, current.get("binary_version"))
+        if not companions:
+            content = _absolute_imports(content, files, args["path"])
         candidate = self._node(task_vars, op="check", path=args["path"], content=content, command=dump_cmd,
                                companions=companions)
         if candidate["command_rc"] != 0:
@@ -340,7 +356,8 @@ class ActionModule(ValidatedAction):
                    mask_text(candidate["command_stderr"].strip()))
             )
         after = effective.load_dump(candidate["command_stdout"])
-        intended, unintended = effective.compare(_without_imports(before), _without_imports(after), args["name"])
+        intended, unintended = effective.compare(_without_imports(before), _without_imports(after), args["name"],
+                                                 args["state"])
         problems = effective.check_effect(after, edit.plan, args["binary"], args["set_as_default"], args["state"])
         if unintended or problems:
             raise effective.GuardError(self._guard_message(args, edit, files, unintended, problems))
@@ -365,11 +382,7 @@ class ActionModule(ValidatedAction):
                 "upgrade to containerd 2.x, which merges drop-ins key by key."
                 % (args["name"], args["drop_in"], files.root.path, files.root.path))
         else:
-            lines.append(
-                "With containerd 1.x an imported file replaces the whole CRI plugin table of the main file. "
-                "Check `imports` in this file and the drop-ins it loads, then edit the file that holds the "
-                "CRI plugin table (or merge the drop-in into the main file)."
-            )
+            lines.append(_guard_cause(files, unintended))
         return "\n".join(lines)
 
 
@@ -399,7 +412,7 @@ class Edit(object):
     def write_order(self, root_path):
         """Imported files first (the root never names a missing file), removals after the root."""
         kept = [(p, self.changes[p]) for p in self.order if p != root_path and self.changes[p] is not None]
-        root = [(root_path, self.changes[root_path])] if root_path in self.changes else []
+        root = [(root_path, self.changes[root_path])] if self.changes.get(root_path) is not None else []
         removed = [(p, None) for p in self.order if self.changes[p] is None]
         return kept + root + removed
 
@@ -455,11 +468,12 @@ def _plan_present(args, files, dump):
     _refuse_version_mismatch(files, target_path, target)
     original = target.text if target is not None else None
     text = original if original is not None else _new_drop_in(root)
-    plan = plan_runtime_edit(text, target_path, **_plan_kwargs(args, files, dump))
-    text = plan.text
+    kwargs = _plan_kwargs(args, files, dump)
     if target_path != root.path and not files.semantics.replaces_plugin_tables:
-        text = _inherit_from_merged(text, plan, files, name, target_path)
-    edit = Edit(plan, target_path, warnings)
+        kwargs["source"] = _merged_source(files, name)
+    plan = plan_runtime_edit(text, target_path, **kwargs)
+    text = plan.text
+    edit = Edit(plan, target_path, warnings + list(plan.warnings))
     edit.set(target_path, original, text)
     if args["set_as_default"]:
         _set_default_where_read(edit, files, target_path, name)
@@ -494,7 +508,18 @@ def _plan_absent(args, files, dump):
         edit.set(drop_in.path, drop_in.text, None)
         edit.set(root.path, root.text, imports_mod.remove_import(edit.changes.get(root.path, root.text),
                                                                  drop_in.path, root.path))
+    if edit.changes.get(root.path) is not None and _holds_nothing(edit.changes[root.path], root.path):
+        edit.set(root.path, root.text, None)  # containerd reads no file as it reads one that sets nothing
     return edit
+
+
+def _holds_nothing(text, path):
+    """Whether a file this module created sets nothing but `version` (and holds no other comment)."""
+    if not text.startswith(CREATED_COMMENT + "\n"):
+        return False
+    data = parse(text, path)
+    data.pop("version", None)
+    return "#" not in text[len(CREATED_COMMENT):] and all(value == {} for value in effective.flatten(data).values())
 
 
 def _set_default_where_read(edit, files, target_path, name):
@@ -538,21 +563,36 @@ def _version_warnings(files):
     return _hidden_settings_warning(files) + higher
 
 
-def _inherit_from_merged(text, plan, files, name, path):
-    """containerd 2.x, runtime in a drop-in: share SystemdCgroup & co with the runtime pods use,
-    wherever that one is defined (the drop-in alone does not hold it)."""
+def _guard_cause(files, unintended):
+    """The likeliest reason containerd reads the edited files otherwise than planned, from what is known."""
+    lost_runtimes = sorted(set(item.split(".runtimes.")[1].split(".")[0] for item in unintended
+                               if ".containerd.runtimes." in item and "(would be lost" in item))
+    if files.semantics.replaces_plugin_tables and len(files.files) > 1:
+        return ("With containerd 1.x an imported file replaces the whole CRI plugin table of the files read before "
+                "it; %s loads %s. Edit the file that holds the CRI plugin table (or merge the drop-ins into %s)."
+                % (files.root.path, ", ".join(files.paths()), files.root.path))
+    if files.semantics.replaces_plugin_tables and lost_runtimes:
+        return ("containerd 1.x drops its built-in runtimes (%s) from a file that lists any runtime, and this edit "
+                "did not write them out. Define them in %s as `config dump` shows them, and run again."
+                % (", ".join(lost_runtimes), files.root.path))
+    conflicts = files.version_conflicts()
+    if conflicts:
+        return ("The loaded files have different `version` headers (%s: %s; %s), which containerd migrates "
+                "separately. Give them the same version and run again."
+                % (files.root.path, files.root.version,
+                   ", ".join("%s: %s" % (config.path, version) for config, version in conflicts)))
+    return ("containerd %s reads %s (config version %s) otherwise than this module planned. Compare "
+            "`containerd --config %s config dump` with the file, and report the file (credentials removed) if it "
+            "is valid." % (files.semantics.name(), ", ".join(files.paths()), files.root.version, files.root.path))
+
+
+def _merged_source(files, name):
+    """containerd 2.x, runtime in a drop-in: (name, table) of the runtime pods use, wherever that one is
+    defined (the drop-in alone does not hold it), or None."""
     merged = files.merged_runtimes()
     default = files.default_set_in()
     source_name = pick_source_runtime(merged, default.default_runtime() if default else "runc", name)
-    if source_name is None:
-        return text
-    plan.source_runtime = source_name
-    runtime_path = plan.cri_path + ("containerd", "runtimes", name)
-    for key in INHERITED_KEYS:
-        value = get_path(merged[source_name], key)
-        if value is not None and get_path(parse(text, path), runtime_path + key) != value:
-            text = set_value(text, runtime_path + key, value)
-    return text
+    return (source_name, merged[source_name]) if source_name is not None else None
 
 
 def _holds_nothing_else(files, drop_in, text, name):
@@ -582,8 +622,7 @@ def candidate_files(edit, files, globs, containerd_version):
     """(root text, companions) for the guard: the root's imports list every file of the edited state in
     containerd's order; changed files (and files with imports of their own, their imports emptied: the root's
     list already holds what they import, in order) become companions in the node's private directory."""
-    contents = dict((config.path, config.text) for config in files.files)
-    contents.update(edit.changes)
+    contents = _edited_contents(edit, files)
     if len(files.files) == 1 and set(edit.changes) <= set([files.root.path]):
         return contents[files.root.path], []
     candidate = imports_mod.from_contents(files.root.path, contents, containerd_version, globs)
@@ -597,6 +636,15 @@ def candidate_files(edit, files, globs, containerd_version):
         else:
             entries.append(config.path)
     return imports_mod.replace_imports(candidate.root.text, entries, files.root.path), companions
+
+
+def _edited_contents(edit, files):
+    """path -> text of the edited state (None: a removed drop-in; a removed root file reads as empty)."""
+    contents = dict((config.path, config.text) for config in files.files)
+    contents.update(edit.changes)
+    if contents[files.root.path] is None:
+        contents[files.root.path] = ""
+    return contents
 
 
 def _refuse_unchecked_drop_in(args, edit, files, current):
@@ -664,8 +712,7 @@ def _effective_default(edit, files, globs):
     if not edit.changed:
         state = files
     else:
-        contents = dict((config.path, config.text) for config in files.files)
-        contents.update(edit.changes)
+        contents = _edited_contents(edit, files)
         state = imports_mod.from_contents(files.root.path, contents, files.containerd_version, globs)
     setter = state.default_set_in()
     return setter.default_runtime() if setter is not None else "runc"
@@ -680,6 +727,29 @@ def _existed(files, path):
 def _text_of(files, path):
     config = files.get(path)
     return config.text if config is not None else ""
+
+
+def _not_read_by(target, path):
+    """Whether PATH is clearly not a file this containerd reads: any other file when kubelet uses it
+    (incident I2); without kubelet, a file beside its config that it does not import (a typo'd name).
+    Files elsewhere stay allowed there: an image bake or a second instance may be meant."""
+    if target["kind"] != "containerd" or posixpath.dirname(path) == target.get("dropin_dir"):
+        return False
+    if path in (target.get("edit_path"), target.get("config_path")):
+        return False
+    if target.get("selected_by") == "kubelet":
+        return True
+    config_dir = posixpath.dirname(target.get("config_path") or "")
+    imported = [posixpath.join(config_dir, entry) for entry in target.get("imports") or []]
+    return posixpath.dirname(path) == config_dir and not any(fnmatch.fnmatchcase(path, p) for p in imported)
+
+
+def _absolute_imports(text, files, path):
+    """The candidate is checked from a private directory on the node, not beside PATH: its relative
+    `imports` are given as the absolute paths they stand for beside PATH."""
+    entries = parse(text, path).get("imports") or []
+    absolute = [files.semantics.absolute(entry, path) for entry in entries]
+    return imports_mod.replace_imports(text, absolute, path) if absolute != entries else text
 
 
 def unexpected_error_message(path, exc, written=False):

@@ -289,4 +289,6 @@ def gather(root="/", sections=SECTIONS, run=None):
             target = dict(chosen, selected_by=selected_by) if chosen else None
             facts["target"] = target
             facts["target_reason"] = reason
+            # Whether systemd runs this system (sd_booted's test): the runtime roles restart through it.
+            facts["systemd"] = node.isdir("/run/systemd/system")
     return facts

@@ -145,9 +145,19 @@ def check_cgroup_kubelet(rule, ctx):
     names = ", ".join('"%s"' % n for n, _r in wrong)
     return [finding(rule, "kubelet uses the %s cgroup driver but runtime %s of %s has SystemdCgroup = %s: pods fail or "
                     "break after a reboot." % (driver, names, describe(instance), str(not want).lower()), evidence,
-                    site_fix(instance, "Set SystemdCgroup = %s for %s in %s (the role's new runtime copies it from the "
-                                       "runtime pods use)." % (str(want).lower(), names, instance.get("edit_path")
-                                                               or instance["config_path"]), ctx.runtime_name))]
+                    _cgroup_kubelet_fix(ctx, instance, default_name, [n for n, _r in wrong], want))]
+
+
+def _cgroup_kubelet_fix(ctx, instance, default_name, wrong_names, want):
+    """The role copies SystemdCgroup from the runtime pods use: a wrong default is set by hand first."""
+    path = instance.get("edit_path") or instance["config_path"]
+    if default_name not in wrong_names:
+        return site_fix(instance, "Re-create the \"%s\" runtime in %s: the role copies SystemdCgroup = %s from \"%s\"."
+                        % (ctx.runtime_name, path, str(want).lower(), default_name), ctx.runtime_name)
+    return manual_fix("Set SystemdCgroup = %s for runtime \"%s\" in %s and restart the runtime; then run "
+                      "gpunode.nvidia.site, whose \"%s\" runtime copies it." % (
+                          str(want).lower(), default_name, path, ctx.runtime_name),
+                      [(instance.get("restart") or {}).get("command")])
 
 
 # --- generated files edited by hand ---------------------------------------------------------------

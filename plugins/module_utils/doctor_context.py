@@ -19,7 +19,8 @@ __metaclass__ = type
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_reader
 
-PLAYBOOK = "playbooks/site.yml"
+# Fixes name the playbook as an installed collection runs it (ansible-playbook gpunode.nvidia.site).
+PLAYBOOK = "gpunode.nvidia.site"
 DEFAULT_SOCKETS = ("/run/containerd/containerd.sock",)
 DEFAULT_CONFIGS = ("/etc/containerd/config.toml",)
 BUNDLED_CONTAINERD = ("k3s", "rke2", "k0s", "microk8s", "k8s-snap")

@@ -55,8 +55,24 @@ def check_nouveau(rule, ctx):
     evidence += [{"kind": "file", "path": "/sys/bus/pci/devices/%s/driver" % g["pci_address"], "text": "nouveau"}
                  for g in bound]
     return [finding(rule, "The open-source nouveau driver is loaded: the NVIDIA driver cannot bind the GPU.", evidence,
-                    {"summary": "Blacklist nouveau and reboot (role nvidia_driver does both, then installs the driver).",
-                     "playbook": PLAYBOOK, "vars": {}, "commands": []})]
+                    _nouveau_fix(ctx, driver))]
+
+
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+
+
+def _nouveau_fix(ctx, driver):
+    """The driver stage blacklists nouveau only when it installs the driver: with the driver's packages
+    already there (it keeps them) or the blacklist written, what is left is done by hand."""
+    if not driver.get("packages") and not ctx.node.isfile(NOUVEAU_BLACKLIST):
+        return {"summary": "Install the driver: the driver stage blacklists nouveau, installs the driver and reboots "
+                           "(nvidia_driver_reboot).", "playbook": PLAYBOOK, "vars": {}, "commands": []}
+    initramfs = ("update-initramfs -u -k all" if ctx.node.isfile("/usr/sbin/update-initramfs")
+                 else "dracut -f --regenerate-all")
+    commands = [] if ctx.node.isfile(NOUVEAU_BLACKLIST) else [
+        "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > %s" % NOUVEAU_BLACKLIST]
+    return manual_fix("Blacklist nouveau, rebuild the initramfs and reboot: the NVIDIA driver is installed already, "
+                      "so the driver stage keeps it and does not do this.", commands + [initramfs, "reboot"])
 
 
 VERSION_IN = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")

@@ -20,10 +20,10 @@ import re
 from xml.etree import ElementTree
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_services
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import PLAYBOOK
 from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import TOOLKIT_CVE_MINIMUM, older_than, version_key
 
 CONTAINERD_CDI_MINIMUM = "1.7"  # enable_cdi exists in the CRI plugin from containerd 1.7
-PLAYBOOK = "playbooks/site.yml"
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
 # Common Xids and what an operator does about them (NVIDIA's Xid catalogue, docs.nvidia.com/deploy/xid-errors).
 XID_MEANINGS = {
@@ -440,7 +440,7 @@ def check_operator_toolkit(rule, ctx):
                      "GPU operator with driver.enabled=false and toolkit.enabled=false; otherwise run site.yml with "
                      "gpunode_toolkit_stage=false (the roles leave an operator-managed toolkit alone).")
     fix["gpu_operator"] = {"helm_values": {"driver": {"enabled": False}, "toolkit": {"enabled": False}},
-                           "note": "values when playbooks/site.yml owns the driver and the toolkit"}
+                           "note": "values when gpunode.nvidia.site owns the driver and the toolkit"}
     return [finding(rule, "NVIDIA's GPU operator manages the container toolkit on this node%s; the collection's "
                     "toolkit and node services stages leave it alone." % (
                         " while host toolkit packages are installed too (two owners)" if host_packages else ""),

@@ -26,7 +26,7 @@ A finding::
                   {"kind": "socket", "path": "...", "state": "..."},
                   {"kind": "version", "name": "containerd", "version": "1.6.20", "source": "..."},
                   {"kind": "cri", "socket": "...", "text": "..."}, {"kind": "note", "text": "..."}],
-     "fix": {"summary": "...", "playbook": "playbooks/site.yml", "vars": {...}, "commands": [...],
+     "fix": {"summary": "...", "playbook": "gpunode.nvidia.site", "vars": {...}, "commands": [...],
              "gpu_operator": {"helm_values": {...}, "note": "..."}}}
 
 Runs on managed nodes: standard library only.

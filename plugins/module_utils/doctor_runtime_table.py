@@ -20,6 +20,9 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context impo
     describe, finding, instance_evidence, kubelet_evidence, manual_fix, note, runtime_instances, site_fix)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import CRI_DISABLE_NAMES, binary_exists
 
+# Where the toolkit's runtime binary is installed: its packages, and the GPU operator's toolkit container.
+TOOLKIT_RUNTIME_BINARIES = ("/usr/bin/nvidia-container-runtime", "/usr/local/nvidia/toolkit/nvidia-container-runtime")
+
 
 # --- I1 / I2: where the nvidia runtime is -------------------------------------------------------
 
@@ -171,6 +174,22 @@ def _binary_problem(ctx, instance, name):
     return runtime, where
 
 
+def missing_binary_fix(ctx, instance, missing, extra_vars=None):
+    """Point the runtime at a toolkit binary the node has, else install the toolkit: never the missing path again."""
+    installed = next((path for path in TOOLKIT_RUNTIME_BINARIES if path != missing and ctx.node.isfile(path)), None)
+    variables = dict(extra_vars or {})
+    if installed:
+        variables["container_runtime_binary"] = installed
+        summary = "Point the runtime at the toolkit's binary that is installed, %s." % installed
+    else:
+        # The toolkit stage installs the toolkit and hands its binary to the runtime stage of the same run.
+        variables["gpunode_toolkit_stage"] = True
+        summary = ("Install the NVIDIA container toolkit: the toolkit stage installs it and the runtime stage then "
+                   "points the runtime at the binary it installed (remove any container_runtime_binary=%s from the "
+                   "inventory)." % missing)
+    return site_fix(instance, summary, ctx.runtime_name, variables)
+
+
 def check_default_binary(rule, ctx):
     found = []
     for instance in runtime_instances(ctx):
@@ -184,10 +203,8 @@ def check_default_binary(rule, ctx):
                                       "BinaryName %s does not exist" % where)] + instance_evidence(instance)
         found.append(finding(rule, "%s: the default runtime \"%s\" runs %s, which does not exist: every pod on the node "
                              "fails, not only GPU pods." % (describe(instance), default, where), evidence,
-                             site_fix(instance, "Point the runtime at the installed binary (install the toolkit first), "
-                                                "and make it the default only once the binary exists.",
-                                      ctx.runtime_name, {"container_runtime_binary": "/usr/bin/nvidia-container-runtime",
-                                                         "container_runtime_set_as_default": default == ctx.runtime_name}),
+                             missing_binary_fix(ctx, instance, where, {
+                                 "container_runtime_set_as_default": default == ctx.runtime_name}),
                              severity=_sev(ctx, instance)))
     return found
 
@@ -206,9 +223,8 @@ def check_nvidia_binary(rule, ctx):
         evidence = [ctx.file_evidence(origin.get("path") or instance["config_path"], origin.get("line"),
                                       "BinaryName %s does not exist" % where)] + instance_evidence(instance)
         found.append(finding(rule, "%s: runtime \"%s\" runs %s, which does not exist: every GPU pod fails." % (
-            describe(instance), name, where), evidence, site_fix(
-            instance, "Install the NVIDIA container toolkit, or point the runtime at its binary.", name,
-            {"container_runtime_binary": "/usr/bin/nvidia-container-runtime"}), severity=_sev(ctx, instance)))
+            describe(instance), name, where), evidence, missing_binary_fix(ctx, instance, where),
+            severity=_sev(ctx, instance)))
     return found
 
 

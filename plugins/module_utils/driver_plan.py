@@ -25,6 +25,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_os import (
     PlanError, apt_candidates, apt_components, distribution, kernels, mok_key, module_files, module_version,
@@ -307,9 +309,13 @@ def plan_driver(node, request, env):
     if action not in ("install", "upgrade"):
         return plan
     names, pinned, stream, lock, notes = driver_packages(dist, branch, flavour, request, kernel_facts)
+    if dist["family"] == "ubuntu" and source != "offline":
+        check_ubuntu_branch(node, branch)
     version_glob = "%s.*" % branch if branch and pinned else None
+    repository = driver_repository(dist, request, node)
     if dist["family"] == "debian":
-        plan["driver_version"] = debian_driver_version(node, request, flavour, branch)
+        plan["driver_version"] = debian_driver_version(node, request, flavour, branch,
+                                                       judge_branch=source_in_place(node, repository))
         if plan["driver_version"]:
             version_glob = plan["driver_version"] + "-*"
     packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
@@ -321,7 +327,7 @@ def plan_driver(node, request, env):
                     apt_pin_path=DRIVER_APT_PIN_PATH)
     headers = headers_packages(dist, kernel_facts, module_path) if request.get("kernel_headers", True) else []
     plan.update(packages=packages, module_stream=stream, versionlock=lock, notes=notes, headers=headers,
-                repository=driver_repository(dist, request, node))
+                repository=repository)
     if source == "offline":
         plan["offline_files"] = offline_files(node, request["offline_dir"], names,
                                               version_glob or ("%s.*" % branch if branch else None),
@@ -331,7 +337,33 @@ def plan_driver(node, request, env):
     return plan
 
 
-def debian_driver_version(node, request, flavour, branch):
+def check_ubuntu_branch(node, branch):
+    """Refuse a branch apt's lists do not carry (Ubuntu names the branch in its package names);
+    apt without lists (a fresh image) cannot tell, and nothing is refused."""
+    if node.run is None:
+        return
+    rc, out, _err = node.run(["apt-cache", "pkgnames", "nvidia-utils-"])
+    offered = sorted(set(re.findall(r"^nvidia-utils-(\d+)-server$", out or "", re.M)), key=int)
+    if rc != 0 or not offered or branch in offered:
+        return
+    raise PlanError("nvidia_driver_branch is %s, but the configured repositories do not carry nvidia-utils-%s-server "
+                    "(apt-cache pkgnames nvidia-utils-: server branches %s). Set nvidia_driver_branch (or, when it "
+                    "is empty, nvidia_driver_ubuntu_default_branch) to one of them, or install from "
+                    "nvidia_driver_offline_dir." % (branch, branch, ", ".join(offered)))
+
+
+def source_in_place(node, repository):
+    """Whether apt's lists already come from the planned source: nothing to add, or its file as planned.
+    Before the role adds or changes it (the first plan of such a run) they are stale: no refusal then."""
+    if repository is None:
+        return True
+    text = node.read("/etc/apt/sources.list.d/%s.sources" % repository["name"]) or ""
+    fields = dict((key.strip().lower(), value.split()) for key, _sep, value in
+                  (line.partition(":") for line in text.splitlines()))
+    return fields.get("uris") == repository["uris"] and fields.get("suites") == repository["suites"]
+
+
+def debian_driver_version(node, request, flavour, branch, judge_branch=True):
     """The upstream version all Debian driver packages are pinned to, or None when apt (or the
     offline directory) cannot tell yet. Debian updates the non-free driver and the contrib open
     module separately: bookworm carries nvidia-smi 535.309.01 beside nvidia-open-kernel-dkms
@@ -347,7 +379,26 @@ def debian_driver_version(node, request, flavour, branch):
         versions = apt_candidates(node.run, module)
     else:
         return None
-    return lockstep_version(versions, branch)
+    version = lockstep_version(versions, branch)
+    if branch and versions and version is None and judge_branch:
+        raise PlanError(branch_not_offered(branch, module, versions, request))
+    return version
+
+
+def branch_not_offered(branch, package, versions, request):
+    """The refusal of a branch the configured sources do not carry: apt would fail only at install time."""
+    offered = sorted(set(b for b in (branch_of(v) for v in versions) if b), key=int)
+    if request["source"] == "offline":
+        where = "offline directory %s has no package file for %s at version %s.* (it holds %s)" % (
+            request["offline_dir"], package, branch, ", ".join(sorted(versions, key=version_key, reverse=True)))
+        elsewhere = "put branch %s's package files into nvidia_driver_offline_dir" % branch
+    else:
+        where = "configured repositories do not carry %s in branch %s (apt-cache madison %s: %s)" % (
+            package, branch, package, ", ".join(versions))
+        elsewhere = ("make a repository that carries branch %s known to apt (nvidia_driver_debian_mirror, "
+                     "nvidia_driver_debian_suites) or install from nvidia_driver_offline_dir" % branch)
+    return ("nvidia_driver_branch is %s, but the %s. Set nvidia_driver_branch to %s (empty: the newest offered), "
+            "or %s." % (branch, where, " or ".join(offered), elsewhere))
 
 
 def debian_driver_sources(node, names, version):

@@ -255,7 +255,7 @@ def _runtimeclass_missing(match, ctx):
         "runtimeclass-missing", None,
         "The cluster has no RuntimeClass %s, so pods naming it are rejected." % match.group("name"),
         "Create it (apiVersion node.k8s.io/v1, kind RuntimeClass, handler %s); the role "
-        "gpunode.nvidia.gpu_verify does when gpu_verify_kubeconfig is set."
+        "gpunode.nvidia.gpu_verify does when gpunode_kubeconfig is set."
         % ctx.get("runtime_handler", DEFAULT_HANDLER))
 
 

@@ -17,13 +17,14 @@ description:
     controller. Also usable on its own.
   - C(op=read) returns the file, its checksum and attributes, and optionally the output of a
     command run on it (for example C(containerd --config %s config dump)).
-  - C(op=check) writes a candidate into a temporary file beside O(path), runs O(command) on it and
-    removes it; the node's real file is never touched.
+  - C(op=check) writes a candidate into a private temporary directory (never beside O(path), so
+    that check mode writes nothing under C(/etc)), runs O(command) on it as if it were O(path) and
+    removes the directory; the node's real file is never touched. Relative C(imports) of the candidate
+    would resolve from that directory, so the caller gives them as absolute paths.
   - C(op=read) with O(include) also returns the files that a containerd C(imports) list names
     (entries resolved by the caller to absolute paths or patterns; expanded as containerd does).
-  - C(op=check) with O(companions) writes the candidate and its companion files into a private
-    temporary directory instead (the caller points the candidate's imports at them), runs O(command)
-    and removes the directory.
+  - C(op=check) with O(companions) writes the companion files into the same private directory (the
+    caller points the candidate's imports at them).
   - C(op=remove) deletes O(path) (with the same O(expected_sha256) and O(backup) rules as a write).
   - C(op=write) replaces O(path) atomically (temp file in the same directory, fsync, rename),
     keeping owner, mode and SELinux context, optionally with a backup; it refuses to write when the
@@ -227,7 +228,6 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     read_bytes,
     remove_file,
     sha256_bytes,
-    write_temp_beside,
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, run_holding
 
@@ -254,11 +254,9 @@ def run_on(module, command, target, shown_as):
 
 
 def run_on_content(module, command, path, data):
-    tmp = write_temp_beside(path, data)
-    try:
-        return run_on(module, command, tmp, path)
-    finally:
-        os.unlink(tmp)
+    """The command on DATA as if it were PATH, from a private directory: nothing is written beside PATH
+    (check mode writes nothing under /etc). The caller gives the candidate's imports as absolute paths."""
+    return run_with_companions(module, command, path, data, [])
 
 
 def run_with_companions(module, command, path, data, companions):

@@ -234,6 +234,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
 
 SEARCH_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"]
@@ -324,8 +325,7 @@ def check_request(module):
                      "so every container would fail to start. Install the NVIDIA Container Toolkit "
                      "first, or set allow_missing_binary=true if it is installed later (for example "
                      "in an image build)." % (params["name"], params["binary"]))
-    warn(module, "Runtime binary %s is not on this node yet; containers started with --runtime %s will fail "
-                 "until it is." % (params["binary"], params["name"]))
+    warn(module, missing_binary_warning(params["binary"], params["name"]))
 
 
 def plan(module, path, before_text):

@@ -102,7 +102,7 @@ findings:
       type: dict
       contains:
         summary: {description: "What to do.", type: str}
-        playbook: {description: "The collection playbook that fixes it (C(playbooks/site.yml)) or null.", type: str}
+        playbook: {description: "The collection playbook that fixes it by its fully qualified name (C(gpunode.nvidia.site)) or null.", type: str}
         vars: {description: "Collection variables to set for that playbook run.", type: dict}
         commands: {description: "Commands to run on the node when no playbook does it.", type: list, elements: str}
         gpu_operator:

@@ -243,6 +243,12 @@ ansible_facts:
           sample: >-
             kubelet's runtime endpoint unix:///var/lib/k8s-containerd/k8s-containerd/run/containerd/containerd.sock
             (flag, /proc/2211/cmdline) is served by containerd ... (k8s-snap, snap.k8s.containerd.service)
+        systemd:
+          description: >-
+            Whether systemd runs the system read (C(/run/systemd/system) exists, as C(sd_booted) tests), with
+            C(target) in O(gather). False for an image mounted at O(root), which does not run.
+          type: bool
+          returned: when O(gather) includes target
 """
 
 import os

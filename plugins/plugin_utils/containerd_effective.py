@@ -49,12 +49,14 @@ def flatten(data, prefix=()):
     return flat
 
 
-def is_intended(path, name):
-    """Keys the runtime edit may change: the runtime's table, the default runtime, CDI."""
+def is_intended(path, name, restored=()):
+    """Keys the runtime edit may change: the runtime's table, the default runtime, CDI (and the tables of
+    built-in runtimes that removing the last listed runtime gives back to containerd 1.x)."""
     if len(path) < 3 or path[0] != "plugins" or path[1] not in CRI_DUMP_PLUGINS:
         return False
     rest = path[2:]
     return (rest[:3] == ("containerd", "runtimes", name)
+            or (rest[:2] == ("containerd", "runtimes") and len(rest) > 2 and rest[2] in restored)
             or rest == ("containerd", "default_runtime_name")
             or rest == ("enable_cdi",))
 
@@ -63,12 +65,14 @@ def dotted(path):
     return ".".join('"%s"' % k if "." in k else k for k in path)
 
 
-def compare(before, after, name):
+def compare(before, after, name, state="present"):
     """Return (intended, unintended) lists of dotted keys that differ between two dumps."""
     old, new = flatten(before), flatten(after)
+    # containerd 1.x: removing the only runtime a file lists gives containerd its built-in runc back.
+    restored = ("runc",) if state == "absent" and runtime_in_dump(before, "runc") is None else ()
     changed = sorted(k for k in set(old) | set(new) if old.get(k, _MISSING) != new.get(k, _MISSING))
-    intended = [dotted(k) for k in changed if is_intended(k, name)]
-    unintended = [_describe(k, old, new) for k in changed if not is_intended(k, name)]
+    intended = [dotted(k) for k in changed if is_intended(k, name, restored)]
+    unintended = [_describe(k, old, new) for k in changed if not is_intended(k, name, restored)]
     return intended, unintended
 
 

@@ -32,6 +32,7 @@ import posixpath
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     CRI_DUMP_PLUGINS, ConfigError, get_path, parse)
 
@@ -207,13 +208,6 @@ def _runtimes_of(data):
         if isinstance(table, dict):
             return table
     return {}
-
-
-def deep_merge(base, override):
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def resolve(root_path, root_text, containerd_version, read, root_sha256=""):

@@ -41,6 +41,7 @@ try:  # Python 3.11+: the standard parser, with precise error positions
 except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 
@@ -57,8 +58,13 @@ CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runt
 # The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
 CRI_DUMP_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 RUNC_TYPE = "io.containerd.runc.v2"
+# Shims that run the OCI runtime binary named in options.BinaryName (or, for the 1.x v1 shim, options.Runtime).
+RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1")
+V1_LINUX_SHIM = "io.containerd.runtime.v1.linux"
 BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today: with containerd 1.x "
                    "a file that lists any runtime replaces the built-in list")
+# The first line of a file this module creates: state: absent removes the file again once it holds nothing else.
+CREATED_COMMENT = "# Created by gpunode.nvidia.containerd_runtime (state: absent removes it when nothing else is set)."
 # Keys a runtime must share with the runtime pods use today, even when it already exists.
 INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
 # Written above default_runtime_name only when the previous default cannot be derived from the file.
@@ -81,6 +87,8 @@ def require_tomlkit():
 
 
 class Plan(object):
+    warnings = ()
+
     def __init__(self, original, text, data, version, cri_path, name, runtime, default_runtime, source_runtime):
         self.original = original
         self.text = text
@@ -119,6 +127,9 @@ def parse(text, path):
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+                at_end = re.search(r"^(.*) \(at end of document\)$", str(exc))
+                if at_end:
+                    raise _syntax_error(path, *_end_of_file(text, at_end.group(1)))
                 reason, line, col = match.groups() if match else (str(exc), "?", "?")
                 raise _syntax_error(path, line, col, reason)
         else:  # pragma: no cover
@@ -132,6 +143,21 @@ def parse(text, path):
                           "flatten it and run again." % path)
     _check_depth(data, path)
     return data
+
+
+_HEADER = re.compile(r"^[ \t]*(\[\[?[^\]\n]+\]\]?)")
+
+
+def _end_of_file(text, reason):
+    """(line, column, reason) for an error the parser met at the end of the file: the last line, and the
+    table that was still open there (where an unclosed string or array usually began)."""
+    lines = text.split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    headers = [match.group(1) for match in (_HEADER.match(line) for line in lines) if match]
+    where = " in table %s" % headers[-1] if headers else " at the top level (before any table)"
+    return (len(lines), len(lines[-1]) + 1,
+            "%s at the end of the file (the last line)%s" % (reason, where))
 
 
 def _syntax_error(path, line, col, reason):
@@ -320,10 +346,11 @@ class _Text(object):
 
 def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-container-runtime",
                       set_as_default=False, cdi=False, state="present", containerd_version=None,
-                      effective=None):
+                      effective=None, source=None):
     """Return a Plan for adding, updating or removing runtime `name` in config text.
 
-    `effective` is containerd's `config dump` of the current file, when known. Raises ConfigError only.
+    `effective` is containerd's `config dump` of the current file, when known; `source` a (name, table)
+    of the runtime pods use when another file defines it (a drop-in). Raises ConfigError only.
     """
     require_tomlkit()
     doc = _Text(text)
@@ -342,6 +369,7 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     check_cri_enabled(data, layout, path)
     cri = cri_table(data, version, layout, path, containerd_version)
     edit = _Edit(work, data, cri, name, path, containerd_version, effective)
+    edit.source_override = source
     if state == "present":
         edit.present(binary, set_as_default, cdi)
     else:
@@ -349,8 +377,10 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     output = doc.output(edit.text)
     new_data = _verify(doc.parseable(output), edit.expected, path)
     new_default = get_path(new_data, edit.default_path)
-    return Plan(text, output, new_data, version, cri, name, edit.runtime,
+    plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
                 new_default if isinstance(new_default, str) else "runc", edit.source_name)
+    plan.warnings = edit.warnings
+    return plan
 
 
 def _layout(text, path):
@@ -390,6 +420,9 @@ class _Edit(object):
         self.legacy_default_path = cri + ("containerd", "default_runtime")
         self.runtime = None
         self.source_name = None
+        self.source_override = None
+        self.binary_name = None
+        self.warnings = []
         layout = Layout(text)
         _require_tables(data, layout, self.runtimes_path, path, "runtimes")
         runtimes = get_path(data, self.runtimes_path) or {}
@@ -410,9 +443,46 @@ class _Edit(object):
 
     # -- decisions
 
-    def _builtin(self):
-        builtin = effective_runtimes(self.effective).get("runc")
-        return builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+    def _builtin(self, name):
+        """containerd's own table of runtime `name` as it runs today (from `config dump`)."""
+        return self._effective_table(name) or {"runtime_type": RUNC_TYPE}
+
+    def _effective_table(self, name):
+        """Runtime `name` (or the deprecated default_runtime table) as containerd runs it, or None."""
+        if name != "default_runtime":
+            return effective_runtimes(self.effective).get(name) or None
+        for plugin in CRI_DUMP_PLUGINS:
+            table = get_path(self.effective, ("plugins", plugin, "containerd", "default_runtime"))
+            if isinstance(table, dict):
+                return table
+        return None
+
+    def _runnable_source(self):
+        """(name, table) the new runtime copies: the runtime pods use today, as containerd runs it. A shim
+        that does not run an OCI runtime binary (kata & co) cannot run the NVIDIA one: runc's table is
+        copied instead, and the warning says so."""
+        name, table = self.source_override or self._source()
+        table = runtime_as_run(table, self._effective_table(name))
+        shim = table.get("runtime_type") or RUNC_TYPE
+        if shim in RUNC_SHIMS + (V1_LINUX_SHIM,):
+            return name, table
+        fallback, table = self._runc_shim_runtime()
+        self.warnings.append(
+            "%s: runtime %r, which pods use today, runs shim %s, which does not start an OCI runtime binary "
+            "(options.BinaryName), so it cannot run %s; runtime %r uses the runc shim (%s) with %s instead. "
+            "Check that its options.SystemdCgroup (%s) matches kubelet's cgroup driver, or define runtime %r "
+            "yourself with the settings it needs."
+            % (self.path, name, shim, self.binary_name or "the NVIDIA runtime", self.name, table["runtime_type"],
+               "the settings of runtime %r" % fallback if fallback else "containerd's defaults",
+               str(get_path(table, ("options", "SystemdCgroup"), False)).lower(), self.name))
+        return fallback, table
+
+    def _runc_shim_runtime(self):
+        """(name, table) of `runc` as containerd runs it, when that is a runc shim; else (None, defaults)."""
+        runc = runtime_as_run(self.runtimes.get("runc"), self._effective_table("runc"))
+        if "runc" != self.name and runc and (runc.get("runtime_type") or RUNC_TYPE) in RUNC_SHIMS:
+            return "runc", dict(runc, runtime_type=runc.get("runtime_type") or RUNC_TYPE)
+        return None, {"runtime_type": RUNC_TYPE}
 
     def _source(self):
         """(name, table) of the runtime pods use today, which the new runtime copies."""
@@ -486,14 +556,15 @@ class _Edit(object):
                 "(same keys), or run without set_as_default. The file was left unchanged."
                 % (self.path, _position(layout, self.legacy_default_path), self.name,
                    render_path(self.runtimes_path, '"')))
-        self.source_name, source = self._source()
-        write_builtin = (not self.runtimes and self.legacy_default is None and self.source_name != self.name
+        self.binary_name = binary
+        self.source_name, source = self._runnable_source()
+        # containerd 1.x: a file that lists any runtime replaces the built-in list, so the runtime
+        # pods use today (or, beside a deprecated default_runtime table, runc) is written out as
+        # containerd runs it now, or it would vanish.
+        builtin_name = "runc" if self.source_name in ("default_runtime", None) else self.source_name
+        write_builtin = (not self.runtimes and builtin_name != self.name
                          and _replaces_builtin_runtimes(self.containerd_version))
-        if write_builtin:
-            # containerd 1.x: a file that lists any runtime replaces the built-in list, so the
-            # runtime pods use today is written out as containerd runs it now, or it would vanish.
-            builtin = effective_runtimes(self.effective).get(self.source_name)
-            source = builtin if isinstance(builtin, dict) else {"runtime_type": RUNC_TYPE}
+        builtin = self._builtin(builtin_name) if write_builtin else None
         existing = self.runtimes.get(self.name)
         self.runtime = _desired_runtime(existing, source, binary)
         runtime_path = self.runtimes_path + (self.name,)
@@ -504,16 +575,17 @@ class _Edit(object):
             self._set(self.default_path, self.name)
             planned = copy.deepcopy(self.expected)
             if write_builtin:
-                _set_path(planned, self.runtimes_path + (self.source_name,), source)
+                _set_path(planned, self.runtimes_path + (builtin_name,), builtin)
             _set_path(planned, runtime_path, self.runtime)
             if self._derived_previous(planned) != self.default_name:
                 self._write_marker(self.default_name)
         if write_builtin:
-            self._add_table(self.runtimes_path + (self.source_name,), source, None, comment=BUILTIN_COMMENT)
-            _set_path(self.expected, self.runtimes_path + (self.source_name,), source)
-            self.runtimes = {self.source_name: source}
+            self._add_table(self.runtimes_path + (builtin_name,), builtin, None, comment=BUILTIN_COMMENT)
+            _set_path(self.expected, self.runtimes_path + (builtin_name,), builtin)
+            self.runtimes = {builtin_name: builtin}
         if existing is None:
-            after = self.source_name if self.source_name in self.runtimes else None
+            after = self.source_name if self.source_name in self.runtimes else (
+                builtin_name if builtin_name in self.runtimes else None)
             self._add_table(runtime_path, self.runtime, after)
         else:
             self._update_runtime(runtime_path, existing, self.runtime)
@@ -556,21 +628,66 @@ class _Edit(object):
                 if previous is _NOT_RECORDED:
                     previous = self._derived_previous(self.data)
             self.source_name = previous if previous is not _NOT_RECORDED else None
+            binaries = _binaries_of(self.runtimes[self.name])
             self._remove_tree(runtime_path)
             del get_path(self.expected, self.runtimes_path)[self.name]
             if self.default_name == self.name:
                 self._restore_default(previous)
+            self._forget_binaries_in_legacy_default(binaries)
+            self._remove_written_out_builtin()
+            self._remove_emptied_tables()
+
+    def _forget_binaries_in_legacy_default(self, binaries):
+        """A deprecated default_runtime table that runs the removed runtime's binary runs runc again
+        (the v1 shim's and runc shim's default when Runtime/BinaryName are unset)."""
+        if self.legacy_default is None:
+            return
+        for key in ("BinaryName", "Runtime"):
+            key_path = self.legacy_default_path + ("options", key)
+            if get_path(self.expected, key_path) in binaries:
+                self._remove_key(key_path)
+
+    def _remove_written_out_builtin(self):
+        """The runc that present wrote out (containerd 1.x would have dropped it) goes once it is alone
+        again and still as containerd builds it: containerd's own runc takes its place."""
+        runc_path = self.runtimes_path + ("runc",)
+        remaining = get_path(self.expected, self.runtimes_path)
+        if (self.name == "runc" or not isinstance(remaining, dict) or list(remaining) != ["runc"]
+                or not _is_builtin_runc(remaining["runc"])):
+            return
+        first = Layout(self.text).under(runc_path)[0]  # its header, or its first dotted key
+        start = self.text.rfind("\n", 0, max(first.start - 1, 0)) + 1
+        if self.text[start:first.start].strip() != "# " + BUILTIN_COMMENT:
+            return
+        self.text = self.text[:start] + self.text[first.start:]
+        self._remove_tree(runc_path)
+        del remaining["runc"]
+
+    def _remove_emptied_tables(self):
+        """The `containerd` table header present added for default_runtime_name goes once empty again; so
+        does an emptied `runtimes` table where containerd 1.x may read it (as "no runtime at all": it
+        refuses to start)."""
+        emptied = (self.runtimes_path,) if _replaces_builtin_runtimes(self.containerd_version) else ()
+        for table_path in emptied + (self.cri + ("containerd",),):
+            layout = Layout(self.text)
+            header = layout.header(table_path)
+            if (header is not None and layout.under(table_path) == [header] and get_path(self.data, table_path)
+                    and not _pruned(get_path(self.expected, table_path))):
+                self._remove_tree(table_path)
+
+    def _remove_key(self, key_path):
+        layout = Layout(self.text)
+        self._refuse_inline(key_path, layout)
+        entry = layout.key(key_path)
+        self.text = self.text[:entry.start] + self.text[entry.end:]
+        del get_path(self.expected, key_path[:-1])[key_path[-1]]
 
     def _restore_default(self, previous):
         marker = self._marker(Layout(self.text))
         if marker is not None:
             self.text = self.text[:marker[0]] + self.text[marker[1]:]
         if previous is None:
-            layout = Layout(self.text)
-            self._refuse_inline(self.default_path, layout)
-            entry = layout.key(self.default_path)
-            self.text = self.text[:entry.start] + self.text[entry.end:]
-            del get_path(self.expected, self.default_path[:-1])[self.default_path[-1]]
+            self._remove_key(self.default_path)
         else:
             self._set(self.default_path, previous)
 
@@ -623,7 +740,7 @@ class _Edit(object):
         anchor = _defining_ancestor(layout, table_path)
         if anchor is not None and anchor[0] == "dotted" and not _headers_under(layout, anchor[1] + table_path[
                 len(anchor[1]):len(anchor[1]) + 1]):
-            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table)
+            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table, comment)
             return
         if header is not None or dotted:
             raise ConfigError("%s: %s is already defined; refusing to define it twice. %s"
@@ -670,9 +787,40 @@ _NOT_RECORDED = object()
 
 
 def _inherited(table, key):
-    """An inherited key's value, with containerd's default (false) for the boolean ones."""
+    """An inherited key's value, with containerd's defaults (false; the runc shim for no runtime_type)."""
     value = get_path(table, key)
-    return False if value is None and key != ("runtime_type",) else value
+    if key == ("runtime_type",):
+        return value or RUNC_TYPE
+    return False if value is None else value
+
+
+def _binaries_of(table):
+    """The OCI runtime binaries a runtime table names (options.BinaryName, the v1 shim's options.Runtime)."""
+    return [value for value in (get_path(table, ("options", key)) for key in ("BinaryName", "Runtime"))
+            if isinstance(value, str) and value]
+
+
+def _is_builtin_runc(table):
+    """Whether a runtime table says nothing containerd's built-in runc does not (1.6/1.7 `config dump`)."""
+    return runtime_as_run(None, table) in ({"runtime_type": RUNC_TYPE},
+                                           {"runtime_type": RUNC_TYPE, "sandbox_mode": "podsandbox"})
+
+
+def runtime_as_run(file_table, effective_table):
+    """A runtime as containerd runs it: its effective table (`config dump`) without the zero values a
+    new runtime gets anyway, under the keys the file itself sets."""
+    table = _without_zero_values(effective_table) if isinstance(effective_table, dict) else {}
+    return deep_merge(table, file_table if isinstance(file_table, dict) else {})
+
+
+def _without_zero_values(data):
+    kept = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = _without_zero_values(value)
+        if value not in ("", 0, False, [], {}) or isinstance(value, float):
+            kept[key] = value
+    return kept
 
 
 def _replaces_builtin_runtimes(containerd_version):
@@ -701,7 +849,9 @@ def _comparable(data):
 
 
 def _with_version(text, version):
-    prefix = text if not text or text.endswith("\n") else text + "\n"
+    if not text:
+        return CREATED_COMMENT + "\nversion = %d\n" % version
+    prefix = text if text.endswith("\n") else text + "\n"
     return prefix + "version = %d\n" % version
 
 
@@ -715,8 +865,12 @@ def _desired_runtime(existing, source, binary):
             value = get_path(source, key)
             if value is not None:
                 _set_path(table, key, value)
+    if not table.get("runtime_type"):
+        table["runtime_type"] = RUNC_TYPE  # containerd refuses a container whose runtime has no type
     if binary is not None:
         _set_path(table, ("options", "BinaryName"), binary)
+        if table["runtime_type"] == V1_LINUX_SHIM:
+            _set_path(table, ("options", "Runtime"), binary)  # the v1 shim reads the binary from here
     return table
 
 
@@ -799,11 +953,12 @@ def _render_keys(prefix, table, indent, quote):
                    for key_path, value in _leaves(table))
 
 
-def _insert_dotted(text, layout, dotted, table_path, table):
+def _insert_dotted(text, layout, dotted, table_path, table, comment=None):
     """Add `table`'s leaves as dotted keys beside the last dotted entry that defines its ancestor."""
     last = dotted[-1]
     prefix = table_path[len(last.table):]
-    return _insert(text, last.end, _render_keys(prefix, table, last.indent, layout.quote_char()))
+    block = _render_keys(prefix, table, last.indent, layout.quote_char())
+    return _insert(text, last.end, ("%s# %s\n" % (last.indent, comment) if comment else "") + block)
 
 
 def _defining_ancestor(layout, table_path):

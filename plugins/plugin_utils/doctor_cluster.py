@@ -100,9 +100,10 @@ def not_allocatable(node, resource):
         "cluster-gpu-not-allocatable",
         "Node %s has GPUs but advertises no %s: the NVIDIA device plugin is not registered with its kubelet "
         "(not running there, or it cannot see the GPUs because the runtime has no nvidia runtime)." % (name, resource),
-        evidence, _fix("Run playbooks/diagnose.yml for the node's runtime findings; check the device plugin pod on "
+        evidence, _fix("Run gpunode.nvidia.diagnose for the node's runtime findings; check the device plugin pod on "
                        "%s (it needs runtimeClassName nvidia or nvidia as the default runtime)." % name,
-                       ["kubectl get pods -A -o wide --field-selector spec.nodeName=%s" % name,
+                       ["ansible-playbook -i INVENTORY gpunode.nvidia.diagnose -l %s" % name,
+                        "kubectl get pods -A -o wide --field-selector spec.nodeName=%s" % name,
                         "kubectl describe node %s" % name]))
 
 
@@ -132,7 +133,7 @@ def runtimeclass_problem(runtimeclasses, name, handler):
             "rejected (found: %s)." % (name, name, ", ".join(sorted(
                 (rc.get("metadata") or {}).get("name", "?") for rc in runtimeclasses)) or "none"),
             [api_evidence("runtimeclasses.node.k8s.io", "no object named %s" % name)],
-            _fix("Create the RuntimeClass (the role gpu_verify does when gpu_verify_kubeconfig is set).", [command],
+            _fix("Create the RuntimeClass (the role gpu_verify does when gpunode_kubeconfig is set).", [command],
                  manifest))
     if found.get("handler") != handler:
         return cluster_finding(

@@ -11,7 +11,8 @@ if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
   # shellcheck disable=SC2086
-  "$venv/bin/pip" install -q --disable-pip-version-check $pins
+  "$venv/bin/pip" install -q --disable-pip-version-check $pins >.cache/core216-pip.log 2>&1 || {
+    tail -20 .cache/core216-pip.log; echo "installing $pins failed (log: .cache/core216-pip.log)"; exit 1; }
   echo "$pins" > "$venv/.pins"
 fi
 # The tests read results through the `json` stdout callback, which ansible-core 2.16 routes to

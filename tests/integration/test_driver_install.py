@@ -85,6 +85,18 @@ def test_debian_bake_install_idempotence_and_branch_upgrade(node):
     assert node.packages() == dict((name, "550.163.01-1") for name in OPEN_SET)
 
 
+def test_a_branch_the_repository_does_not_carry_is_refused_before_apt_installs(node):
+    refused = node.play(DRIVER, driver_vars(node, nvidia_driver_install_without_gpu=True, nvidia_driver_branch="580"))
+    assert refused.failed
+    message = refused.failure_messages()[-1]
+    assert message.startswith("nvidia_driver_branch is 580, but the configured repositories do not carry "
+                              "nvidia-open-kernel-dkms in branch 580 (apt-cache madison nvidia-open-kernel-dkms: "
+                              "550.163.01-1, 535.261.03-1). Set nvidia_driver_branch to 535 or 550"), message
+    assert "nvidia_driver_debian_mirror, nvidia_driver_debian_suites" in message
+    assert node.packages() == {}  # refused by the plan, not by apt halfway
+    assert node.read("/etc/modprobe.d/blacklist-nouveau.conf") is None
+
+
 def test_debian_offline_directory_proprietary_modules(node):
     offline = {"nvidia_driver_install_without_gpu": True, "nvidia_driver_source": "offline",
                "nvidia_driver_offline_dir": nvidia_node.NODE_REPO + "/offline/driver",

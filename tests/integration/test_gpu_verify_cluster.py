@@ -207,7 +207,7 @@ def role_node(standin_images, tmp_path):
 def test_role_node_and_cluster_checks_pass_and_are_idempotent(role_node, cluster, tmp_path):
     api = cluster([Node("gpu-1")])
     report = str(tmp_path / "report.json")
-    extra = dict(role_node.role_vars, gpu_verify_kubeconfig=api.kubeconfig, gpu_verify_report_path=report)
+    extra = dict(role_node.role_vars, gpunode_kubeconfig=api.kubeconfig, gpu_verify_report_path=report)
     first = run_verify_playbook(extra, [role_node.dist.bin_dir])
     assert first.returncode == 0, first.stdout[-4000:]
     assert "gpu-1: wiring-only (gpu none" in first.stdout
@@ -222,7 +222,7 @@ def test_role_node_and_cluster_checks_pass_and_are_idempotent(role_node, cluster
 def test_role_cluster_failure_names_the_nodes_config_file(role_node, cluster):
     """I1 in the cluster: the explanation names the config file the node-level check discovered."""
     api = cluster([Node("gpu-1", "no_runtime")])
-    extra = dict(role_node.role_vars, gpu_verify_kubeconfig=api.kubeconfig)
+    extra = dict(role_node.role_vars, gpunode_kubeconfig=api.kubeconfig)
     run = run_verify_playbook(extra, [role_node.dist.bin_dir])
     assert run.returncode != 0
     assert "failed (no-runtime)" in run.stdout
@@ -232,7 +232,7 @@ def test_role_cluster_failure_names_the_nodes_config_file(role_node, cluster):
 
 def test_role_node_failure_stops_the_node_before_the_cluster_check(role_node, cluster):
     api = cluster([Node("gpu-1")])
-    extra = dict(role_node.role_vars, gpu_verify_kubeconfig=api.kubeconfig, gpu_verify_runtime_handler="nvidia-x")
+    extra = dict(role_node.role_vars, gpunode_kubeconfig=api.kubeconfig, gpu_verify_runtime_handler="nvidia-x")
     run = run_verify_playbook(extra, [role_node.dist.bin_dir])
     assert run.returncode != 0
     assert "gpu-1: failed" in run.stdout and 'no runtime for "nvidia-x" is configured' in run.stdout

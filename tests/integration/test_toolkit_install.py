@@ -137,6 +137,25 @@ def test_offline_directory_install(node):
     assert again.changed == 0, again.changed_tasks()
 
 
+def test_an_unreachable_repository_fails_naming_the_mirror_and_offline_settings(node):
+    # Stand-in for a node without internet access: the repository and its key on 127.0.0.1 port 9,
+    # where nothing listens (connection refused, as behind a firewall that rejects).
+    unreachable = {"nvidia_container_toolkit_repo_url": "http://127.0.0.1:9/libnvidia-container/stable/deb/$(ARCH)",
+                   "nvidia_container_toolkit_repo_key_url": "http://user:secret@127.0.0.1:9/gpgkey"}
+    result = node.play(ROLE, unreachable)
+    assert result.failed
+    message = result.failure_messages()[-1]
+    assert message.startswith("Add NVIDIA's container toolkit repository failed: Could not fetch signed_by key"), message
+    assert "http://127.0.0.1:9/libnvidia-container/stable/deb/" in message
+    for variable in ("nvidia_container_toolkit_repo_base", "nvidia_container_toolkit_repo_url",
+                     "nvidia_container_toolkit_repo_key_url", "nvidia_container_toolkit_source=offline",
+                     "nvidia_container_toolkit_offline_dir"):
+        assert variable in message, message
+    assert message.endswith("The toolkit was not installed."), message
+    assert "secret" not in message
+    assert toolkit_versions(node) == {} and node.read(SOURCES) is None
+
+
 def test_glibc_preflight_stops_before_the_runtime_config(node):
     """Incident I4 with real ELF files: the 1.18.1-1 packages carry Debian sid binaries that need
     GLIBC_2.38; the node is Debian 12 (glibc 2.36). The container runtime stage must never run."""

@@ -61,3 +61,17 @@ def test_lock_held_by_another_run_fails_naming_it(capsys, tmp_path):
     result = run(capsys, path=str(path), op="read", lock={"path": str(lock), "owner": "run-1", "timeout": 0})
     assert result["failed"] and "held by other-operator" in result["msg"]
     assert lock_holder(lock) == "other-operator"
+
+
+@pytest.mark.parametrize("path_exists", [True, False])
+def test_a_candidate_is_checked_from_a_private_directory_never_beside_the_file(capsys, tmp_path, path_exists):
+    """Check mode writes nothing under /etc: the command sees the candidate elsewhere, named as the real file."""
+    path = tmp_path / "config.toml"
+    if path_exists:
+        path.write_text("version = 2\n")
+    command = ["/bin/sh", "-c", "ls -A %s; echo checked %%s; cat %%s" % tmp_path]
+    op = dict(op="check", content="version = 3\n") if path_exists else dict(op="read")
+    result = run(capsys, path=str(path), command=command, **op)
+    listing, checked = result["command_stdout"].split("checked ")
+    assert listing.split() == (["config.toml"] if path_exists else [])
+    assert checked.startswith("%s\n" % path)

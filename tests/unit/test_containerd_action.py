@@ -77,6 +77,27 @@ def test_explicit_path_of_another_instance_is_refused_naming_both(resolve):
     assert resolve("/etc/containerd/config.toml", SNAP, allow=True)[1] == "/etc/containerd/config.toml"
 
 
+DISTRO = {"kind": "containerd", "platform": "distro", "selected_by": "only-instance", "edit_mode": "main",
+          "service": "containerd.service", "socket": "/run/containerd/containerd.sock",
+          "config_path": "/etc/containerd/config.toml", "edit_path": "/etc/containerd/config.toml",
+          "dropin_dir": None, "imports": ["conf.d/*.toml", "/etc/containerd/extra.toml"]}
+
+
+def test_a_typo_beside_the_config_is_refused_without_kubelet_naming_the_file_read(resolve):
+    with pytest.raises(ConfigError) as err:
+        resolve("/etc/containerd/confg.toml", DISTRO)
+    assert str(err.value).startswith(
+        "/etc/containerd/confg.toml is not the config of the containerd on this node: the distro containerd "
+        "(containerd.service) reads /etc/containerd/config.toml, and no kubelet says otherwise. Nothing was changed.")
+    assert resolve("/etc/containerd/confg.toml", DISTRO, allow=True)[1] == "/etc/containerd/confg.toml"
+
+
+@pytest.mark.parametrize("path", ["/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml",
+                                  "/etc/containerd/extra.toml", "/srv/image/etc/containerd/config.toml"])
+def test_without_kubelet_the_config_its_imports_and_files_elsewhere_are_allowed(resolve, path):
+    assert resolve(path, DISTRO)[1] == path
+
+
 def test_image_bake_without_runtime_uses_the_default_file(resolve):
     assert resolve(None, None) == (None, "/etc/containerd/config.toml")
 

@@ -492,6 +492,8 @@ def check_edit(text, opts):
     if source is not None and plan.source_runtime != name:
         for key_path in INHERITED:
             expected = _get(source, key_path)
+            if key_path == ("runtime_type",):
+                expected = expected or "io.containerd.runc.v2"  # containerd runs no runtime without a type
             if expected is not None:
                 assert _get(runtimes[name], key_path) == expected, key_path
     # Every original line outside the runtime's table and the keys asked for is kept.
@@ -568,3 +570,86 @@ def _get(data, path):
             return None
         data = data.get(part)
     return data
+
+
+# ---------------------------------------------------------------- the runtime as containerd runs it (issue 25)
+
+# Settings only containerd's view of a runtime may hold (a drop-in, containerd's defaults): the copy keeps them.
+effective_extras = st.fixed_dictionaries({}, optional={
+    "base_runtime_spec": st.sampled_from(["/etc/containerd/cri-base.json", ""]),
+    "sandbox_mode": st.just("podsandbox"),
+    "options": st.fixed_dictionaries({}, optional={
+        "Root": st.sampled_from(["/run/containerd/runc-k8s", ""]), "ShimCgroup": st.sampled_from(["/shim", ""]),
+        "IoUid": st.sampled_from([0, 1000]), "NoNewKeyring": st.booleans(), "BinaryName": st.just("")}),
+})
+RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1", "io.containerd.runtime.v1.linux")
+
+
+def _merged(base, top):
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _leaves_of(data, prefix=()):
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves_of(value, prefix + (key,))
+        elif value not in ("", 0, False, [], {}):
+            yield prefix + (key,), value
+
+
+@given(rendered(), options, effective_extras)
+def test_property_new_runtime_is_the_source_as_containerd_runs_it(text, opts, extras):
+    note(repr(text))
+    name = opts["name"]
+    original = document(text)
+    assume(name not in str(original))
+    first = plan_or_refuse(text, **opts)
+    if first is None or first.source_runtime in (None, "default_runtime"):
+        return
+    runtimes = dict(_get(original, first.cri_path + ("containerd", "runtimes")) or {})
+    source_file = runtimes.get(first.source_runtime)
+    source = _merged(extras, source_file if isinstance(source_file, dict) else {"runtime_type": "io.containerd.runc.v2"})
+    runtimes[first.source_runtime] = source
+    dump = {"plugins": {first.cri_path[1]: {"containerd": {"runtimes": runtimes}}}}
+    plan = plan_or_refuse(text, effective=dump, **opts)
+    if plan is None:
+        return
+    new = document(plan.text)
+    ours = _get(new, plan.cri_path + ("containerd", "runtimes", name))
+    assert ours["options"]["BinaryName"] == BINARY
+    assert ours["runtime_type"] in RUNC_SHIMS  # a runtime that runs the NVIDIA binary, never an empty type
+    if plan.source_runtime != first.source_runtime:  # a kata-like source: runc's shim instead, and a warning
+        assert any("does not start an OCI runtime binary" in warning for warning in plan.warnings)
+        return
+    event("copied as containerd runs it")
+    for key_path, expected in _leaves_of(source):
+        if key_path not in (("options", "BinaryName"), ("options", "Runtime")):
+            assert _get(ours, key_path) == expected, key_path
+    again = plan_runtime_edit(plan.text, "/etc/containerd/config.toml", binary=BINARY, effective=dump, **opts)
+    assert again.text == plan.text
+
+
+@given(st.one_of(rendered(), mutated_corpus()), options)
+def test_property_present_absent_present_round_trips_on_containerd_1(text, opts):
+    """containerd 1.x: the runc present writes out, and the tables it adds, go again with absent."""
+    note(repr(text))
+    name = opts["name"]
+    original = document(text)
+    assume(original and name not in str(original) and "nvidia" not in str(original))
+    opts = dict(opts, containerd_version=V16, cdi=False)
+    plan = plan_or_refuse(text, **opts)
+    if plan is None:
+        return
+    removed = plan_runtime_edit(plan.text, "/etc/containerd/config.toml", state="absent", containerd_version=V16,
+                                name=name)
+    assert _normal(_pruned(document(removed.text))) == _normal(_pruned(original))
+    ending = "\r\n" if "\r\n" in text else "\n"
+    # An empty runtimes table leaves containerd 1.x no runtime at all: absent does not give that back.
+    if not opts["set_as_default"] and _get(original, plan.cri_path + ("containerd", "runtimes")) != {}:
+        event("byte round trip on 1.x")
+        assert removed.text in (text, text + ending)
+    again = plan_or_refuse(removed.text, **opts)
+    assert again is not None and again.text in (plan.text, plan.text.replace(text, text + ending, 1))

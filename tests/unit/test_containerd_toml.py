@@ -302,7 +302,8 @@ def test_v1_default_runtime_table_is_the_source_runtime():
     plan = edit(text, containerd_version=V16)
     assert plan.source_runtime == "default_runtime"
     assert runtimes(plan.data, 1)["nvidia"]["options"] == {"SystemdCgroup": True, "BinaryName": BINARY}
-    assert "runc" not in runtimes(plan.data, 1)  # containerd 1.x keeps `default_runtime` as the default
+    # containerd 1.x drops its built-in runc once the file lists a runtime: it is written out.
+    assert runtimes(plan.data, 1)["runc"] == {"runtime_type": "io.containerd.runc.v2"}
     with pytest.raises(ConfigError, match=r"line 1, column 1: .*deprecated `default_runtime` table"):
         edit(text, containerd_version=V16, set_as_default=True)
 
@@ -311,7 +312,9 @@ def test_absent_gives_back_a_custom_shim_that_was_the_only_runtime_and_default()
     text = ('version = 2\n[%s.containerd]\n  default_runtime_name = "shim"\n[%s.containerd.runtimes.shim]\n'
             '  runtime_type = "io.containerd.shim.v1"\n' % (CRI2, CRI2))
     added = edit(text, set_as_default=True)
-    assert "# gpunode.nvidia" not in added.text  # derivable: nvidia copies shim
+    # A shim that does not run BinaryName is not copied (nvidia gets runc's shim): the old default is recorded.
+    assert runtimes(added.data, 2)["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert '# gpunode.nvidia: default_runtime_name was "shim"' in added.text
     removed = edit(added.text, state="absent")
     assert removed.text == text and removed.default_runtime == "shim"
 

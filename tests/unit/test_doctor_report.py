@@ -56,9 +56,9 @@ def test_console_fits_the_width_and_names_every_node(tmp_path):
 
 
 def test_fix_command():
-    fix = {"playbook": "playbooks/site.yml", "vars": {"container_runtime_containerd_config": "/x.toml"}}
+    fix = {"playbook": "gpunode.nvidia.site", "vars": {"container_runtime_containerd_config": "/x.toml"}}
     assert doctor_report.fix_command(fix, "n1") == (
-        "ansible-playbook -i INVENTORY playbooks/site.yml -l n1 -e '{\"container_runtime_containerd_config\": "
+        "ansible-playbook -i INVENTORY gpunode.nvidia.site -l n1 -e '{\"container_runtime_containerd_config\": "
         "\"/x.toml\"}'")
     assert doctor_report.fix_command({"playbook": None}) is None
 

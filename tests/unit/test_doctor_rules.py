@@ -8,7 +8,9 @@ tests/integration/test_doctor_live.py.
 """
 
 import http.server
+import json
 import os
+import re
 import sys
 import threading
 import time
@@ -116,7 +118,7 @@ def test_i1_fires_when_kubelets_runtime_has_no_nvidia(tmp_path, reader):
     (item,) = fired["nvidia-runtime-missing"]
     assert_finding_shape(item)
     assert item["incident"] == "I1" and item["severity"] == "critical"
-    assert item["fix"]["playbook"] == "playbooks/site.yml"
+    assert item["fix"]["playbook"] == "gpunode.nvidia.site"
     assert item["fix"]["vars"] == {"container_runtime_engine": "containerd",
                                    "container_runtime_containerd_config": "/etc/containerd/config.toml",
                                    "container_runtime_containerd_socket": "/run/containerd/containerd.sock",
@@ -295,7 +297,22 @@ def test_i6_nouveau(tmp_path, reader):
     node_trees._distro_containerd(tree)
     fired, _unused = diagnose(tmp_path)
     assert fired["nouveau-loaded"][0]["incident"] == "I6"
+    assert fired["nouveau-loaded"][0]["fix"]["playbook"] == "gpunode.nvidia.site"  # installing blacklists it
     assert "nouveau-loaded" not in diagnose(kubeadm_with_nvidia(tmp_path / "ok").root)[0]
+
+
+def test_i6_nouveau_beside_an_installed_driver_is_fixed_by_hand(tmp_path, reader):
+    # The driver stage keeps an installed driver and writes no blacklist: the playbook would not fix it.
+    tree = node_trees.NodeTree(tmp_path)
+    tree.gpu(driver="nouveau")
+    tree.modules("nouveau")
+    node_trees._distro_containerd(tree)
+    tree.file("/var/lib/dpkg/status", "Package: nvidia-kernel-dkms\nStatus: install ok installed\n"
+                                      "Version: 535.261.03-1\n\n")
+    fired, _unused = diagnose(tmp_path)
+    fix = fired["nouveau-loaded"][0]["fix"]
+    assert fix["playbook"] is None
+    assert fix["commands"][0].endswith("> /etc/modprobe.d/blacklist-nouveau.conf") and fix["commands"][-1] == "reboot"
 
 
 def test_i6_driver_version_mismatch(tmp_path, reader):
@@ -328,7 +345,9 @@ def test_i5_default_runtime_binary_missing(tmp_path, reader):
     fired, _unused = diagnose(tmp_path)
     (item,) = fired["default-runtime-binary-missing"]
     assert item["incident"] == "I5" and missing in item["message"]
+    # /usr/bin/nvidia-container-runtime exists: the fix points there, not at the missing path again.
     assert item["fix"]["vars"]["container_runtime_binary"] == "/usr/bin/nvidia-container-runtime"
+    assert item["fix"]["vars"]["container_runtime_set_as_default"] is True
     assert "nvidia-runtime-binary-missing" not in fired  # one finding, not two
     tree.file(missing, STANDIN_BINARY, mode=0o755)
     assert "default-runtime-binary-missing" not in diagnose(tmp_path)[0]
@@ -339,6 +358,28 @@ def test_nvidia_binary_missing(tmp_path, reader):
     (item,) = diagnose(tmp_path)[0]["nvidia-runtime-binary-missing"]
     assert "/opt/nvidia/nvidia-container-runtime" in item["message"]
     assert "nvidia-runtime-binary-missing" not in diagnose(kubeadm_with_nvidia(tmp_path / "ok").root)[0]
+
+
+def test_missing_binary_without_a_toolkit_is_fixed_by_installing_the_toolkit(tmp_path, reader):
+    missing = "/usr/bin/nvidia-container-runtime"
+    tree = kubeadm_with_nvidia(tmp_path, binary=missing)
+    os.unlink(tree.local(missing))
+    (item,) = diagnose(tmp_path)[0]["nvidia-runtime-binary-missing"]
+    fix = item["fix"]
+    assert fix["playbook"] == "gpunode.nvidia.site"
+    assert "container_runtime_binary" not in fix["vars"]  # not the same failing setting again
+    assert fix["vars"]["gpunode_toolkit_stage"] is True
+    assert fix["summary"].startswith("Install the NVIDIA container toolkit")
+
+
+def test_missing_binary_points_at_the_operators_binary_when_that_one_is_installed(tmp_path, reader):
+    missing = "/usr/bin/nvidia-container-runtime"
+    operator = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    tree = kubeadm_with_nvidia(tmp_path, binary=missing)
+    os.unlink(tree.local(missing))
+    tree.file(operator, STANDIN_BINARY, mode=0o755)
+    (item,) = diagnose(tmp_path)[0]["nvidia-runtime-binary-missing"]
+    assert item["fix"]["vars"]["container_runtime_binary"] == operator
 
 
 def test_binary_name_without_slash_is_looked_up_on_path(tmp_path, reader):
@@ -446,7 +487,17 @@ def test_systemd_cgroup_kubelet_mismatch(tmp_path, reader):
     (item,) = fired["systemd-cgroup-kubelet-mismatch"]
     assert '"runc"' in item["message"] and '"nvidia"' in item["message"]
     assert "systemd-cgroup-runtime-mismatch" not in fired  # both false: they agree with each other
+    # The role's runtime copies SystemdCgroup from runc: runc itself is set by hand, then the playbook runs.
+    assert item["fix"]["playbook"] is None
+    assert 'SystemdCgroup = true for runtime "runc"' in item["fix"]["summary"]
+    assert "gpunode.nvidia.site" in item["fix"]["summary"]
     assert "systemd-cgroup-kubelet-mismatch" not in diagnose(kubeadm_with_nvidia(tmp_path / "ok").root)[0]
+
+
+def test_systemd_cgroup_kubelet_mismatch_of_the_nvidia_runtime_alone_is_fixed_by_the_playbook(tmp_path, reader):
+    kubeadm_with_nvidia(tmp_path, systemd=False)  # runc has SystemdCgroup = true like kubelet
+    (item,) = diagnose(tmp_path)[0]["systemd-cgroup-kubelet-mismatch"]
+    assert item["fix"]["playbook"] == "gpunode.nvidia.site"
 
 
 # --- generated files edited by hand -------------------------------------------------------------------
@@ -580,3 +631,49 @@ def test_discovery_failure_is_a_critical_finding(tmp_path, monkeypatch):
     result = doctor_rules.diagnose_safely(str(tmp_path))
     assert result["summary"]["status"] == "critical"
     assert "proc went away" in result["findings"][0]["message"]
+
+
+# --- fixes: commands an installed collection runs ------------------------------------------------------
+
+def broken_nodes(tmp_path):
+    """Node trees on which most node rules fire: every platform, and kubeadm with each runtime fault."""
+    for name in sorted(node_trees.PLATFORMS):
+        build(tmp_path / name, name)
+        yield tmp_path / name
+    tree = kubeadm_with_nvidia(tmp_path / "binary", binary="/opt/nvidia/nvidia-container-runtime")
+    replace(tree, "/etc/containerd/config.toml", 'default_runtime_name = "runc"', 'default_runtime_name = "nvidia"')
+    yield tree.root
+    tree = kubeadm_with_nvidia(tmp_path / "no-toolkit")
+    os.unlink(tree.local("/usr/bin/nvidia-container-runtime"))
+    yield tree.root
+    tree = kubeadm_with_nvidia(tmp_path / "cgroup", systemd=False)
+    replace(tree, "/etc/containerd/config.toml", "SystemdCgroup = true", "SystemdCgroup = false")
+    yield tree.root
+
+
+def fix_texts(fix):
+    return [fix.get("summary") or ""] + list(fix.get("commands") or []) + [
+        json.dumps(fix.get("vars") or {}), json.dumps(fix.get("gpu_operator") or {})]
+
+
+def test_every_fix_names_playbooks_as_an_installed_collection_runs_them(tmp_path):
+    seen = 0
+    for root in broken_nodes(tmp_path):
+        for item in diagnose(root)[1]["findings"]:
+            fix = item["fix"]
+            assert fix["playbook"] in (None, "gpunode.nvidia.site"), (item["rule"], fix)
+            for text in fix_texts(fix):
+                assert "playbooks/" not in text, (item["rule"], text)  # a checkout path an installed collection lacks
+            seen += bool(fix["playbook"])
+    assert seen >= 5
+
+
+def test_no_missing_binary_fix_sets_the_missing_path_again(tmp_path):
+    checked = 0
+    for root in broken_nodes(tmp_path):
+        for item in diagnose(root)[1]["findings"]:
+            if item["rule"] in ("nvidia-runtime-binary-missing", "default-runtime-binary-missing"):
+                missing = re.search(r"runs (\S+), which does not exist", item["message"]).group(1)
+                assert item["fix"]["vars"].get("container_runtime_binary") != missing, item
+                checked += 1
+    assert checked >= 1

@@ -500,3 +500,56 @@ def test_versions():
     ordered = sorted(["550.163.01-1", "535.261.03-1", "1:470.1-1", "535.261.03-1~deb12u1"],
                      key=package_versions.version_key)
     assert ordered == ["535.261.03-1~deb12u1", "535.261.03-1", "550.163.01-1", "1:470.1-1"]
+
+
+def test_a_branch_the_repositories_do_not_carry_is_refused_at_plan_time(tree):
+    node = tree("debian12").gpu()
+    bookworm = {"nvidia-open-kernel-dkms": ["535.261.03-1"], "nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1"]}
+
+    def madison(argv):
+        lines = [" %s | %s | http://deb.debian.org/debian bookworm/non-free amd64 Packages" % (argv[2], v)
+                 for v in bookworm.get(argv[2], [])]
+        return 0, "\n".join(lines) + "\n", ""
+    env = {"running_kernel": "6.1.0-28-amd64", "arch": "x86_64"}
+    # apt's lists are not yet those of the source the role adds (its first plan): nothing to judge.
+    assert dp.plan_driver(Node(node.root, madison), {"branch": "550"}, env)["driver_version"] is None
+    # The role added it and refreshed its lists, then plans again.
+    node.write("/etc/apt/sources.list.d/nvidia-driver-debian.sources",
+               "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+               "Components: contrib non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    with pytest.raises(node_os.PlanError) as refused:
+        dp.plan_driver(Node(node.root, madison), {"branch": "550"}, env)
+    assert str(refused.value) == (
+        "nvidia_driver_branch is 550, but the configured repositories do not carry nvidia-open-kernel-dkms in branch "
+        "550 (apt-cache madison nvidia-open-kernel-dkms: 535.261.03-1). Set nvidia_driver_branch to 535 (empty: the "
+        "newest offered), or make a repository that carries branch 550 known to apt (nvidia_driver_debian_mirror, "
+        "nvidia_driver_debian_suites) or install from nvidia_driver_offline_dir.")
+    assert dp.plan_driver(Node(node.root, madison), {"branch": "535"}, env)["driver_version"] == "535.261.03"
+    # apt knows no candidate yet (its lists lack the component): nothing to judge, the plan goes on.
+    assert dp.plan_driver(Node(node.root, lambda argv: (0, "", "")), {"branch": "550"}, env)["driver_version"] is None
+
+
+def test_a_branch_the_offline_directory_lacks_names_the_branches_it_holds(tree):
+    node = tree("debian12").gpu()
+    node.write("/srv/nv/nvidia-open-kernel-dkms_535.261.03-1_amd64.deb", "")
+    with pytest.raises(node_os.PlanError, match=r"it holds 535\.261\.03-1\)\. Set nvidia_driver_branch to 535 .*"
+                                                r"put branch 550's package files into nvidia_driver_offline_dir"):
+        driver(node, source="offline", offline_dir="/srv/nv", branch="550")
+
+
+def test_an_ubuntu_branch_apt_does_not_carry_is_refused_at_plan_time(tree):
+    node = tree("ubuntu2204").gpu().kernel("5.15.0-91-generic")
+    names = "nvidia-utils-535-server\nnvidia-utils-570-server\nnvidia-utils-535\nnvidia-utils-580-server\n"
+
+    def pkgnames(argv):
+        return (0, names, "") if argv[:2] == ["apt-cache", "pkgnames"] else (1, "", "")
+    env = {"running_kernel": "5.15.0-91-generic", "arch": "x86_64"}
+    with pytest.raises(node_os.PlanError) as refused:
+        dp.plan_driver(Node(node.root, pkgnames), {"branch": "550"}, env)
+    assert str(refused.value) == (
+        "nvidia_driver_branch is 550, but the configured repositories do not carry nvidia-utils-550-server (apt-cache "
+        "pkgnames nvidia-utils-: server branches 535, 570, 580). Set nvidia_driver_branch (or, when it is empty, "
+        "nvidia_driver_ubuntu_default_branch) to one of them, or install from nvidia_driver_offline_dir.")
+    assert dp.plan_driver(Node(node.root, pkgnames), {"branch": "570"}, env)["branch"] == "570"
+    # No package lists yet (a fresh image): nothing to judge.
+    assert dp.plan_driver(Node(node.root, lambda argv: (0, "", "")), {"branch": "550"}, env)["branch"] == "550"

@@ -480,7 +480,14 @@ def test_rpm_sqlite_database(tmp_path):
 def test_gather_returns_only_the_requested_sections(tmp_path):
     node_trees.build("k0s", tmp_path)
     facts = discovery.gather(str(tmp_path), ["target"])
-    assert set(facts) == {"root", "target", "target_reason"}
+    assert set(facts) == {"root", "target", "target_reason", "systemd"}
+
+
+def test_systemd_is_true_only_where_systemd_runs(tmp_path):
+    node_trees.build("k0s", tmp_path)
+    assert discovery.gather(str(tmp_path), ["target"])["systemd"] is False
+    (tmp_path / "run" / "systemd" / "system").mkdir(parents=True)
+    assert discovery.gather(str(tmp_path), ["target"])["systemd"] is True
 
 
 def test_facts_are_json_serialisable(tmp_path):
