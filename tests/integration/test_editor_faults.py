@@ -329,8 +329,9 @@ def test_killed_containerd_runs_leave_debris_the_next_run_clears(containerd_dist
         assert not containerd_edit(dist, path).get("failed")
         assert os.listdir(workdir) == ["config.toml"]
 
-    # The candidate of `config dump` exists for a moment only: try until a kill catches it.
-    for _attempt in range(5):
+    # The write's temporary file exists for a moment only (the check's candidate lives in a private
+    # directory elsewhere): try until a kill catches it.
+    for _attempt in range(10):
         left = killed_run("temp")[1]
         if left:
             break
