@@ -223,6 +223,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     FileFault,
     atomic_write,
+    clear_debris,
     decode_utf8,
     editing,
     read_bytes,
@@ -376,6 +377,7 @@ def run(module):
         result.update(binary_facts(module, params["binary"]))
 
     if params["op"] == "read":
+        clear_debris(module, path)
         result["content"] = decode_utf8(path, current or b"", "containerd")
         if params["command"]:
             if current is None:

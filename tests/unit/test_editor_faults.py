@@ -4,7 +4,7 @@ Symbolic links followed to their target, every filesystem error named with its c
 file left as it was, a killed run's temp files cleared, and concurrent writers of one file never
 losing an update (a multi-process race: the edit lock, without the node lock).
 The modules run in-process; errors the test machine cannot produce on demand (ENOSPC, EROFS, EPERM)
-are raised by a patched os.rename here, and produced for real in tests/integration/test_editor_faults.py.
+are raised by a patched os.rename here, and produced for real in tests/integration/test_editor_faults_live.py.
 """
 import errno
 import io
