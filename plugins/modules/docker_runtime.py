@@ -125,7 +125,7 @@ attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
-    details: The candidate is still validated (in a temporary file beside O(path), removed afterwards).
+    details: The candidate is still validated (in a private temporary directory, never beside O(path), removed afterwards).
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
@@ -218,6 +218,7 @@ lock_taken_over:
 
 import os
 import re
+import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -229,8 +230,6 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     decode_utf8,
     editing,
     read_bytes,
-    resolve,
-    write_temp_beside,
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
@@ -263,18 +262,16 @@ def dockerd_facts(module):
 
 
 def validate(module, dockerd, path, data):
-    """(accepted, output) of `dockerd --validate` on data written beside path."""
-    target = resolve(path)
-    if os.path.isdir(os.path.dirname(os.path.abspath(target))):
-        candidate = write_temp_beside(target, data, suffix=".json")
-    else:  # first install: the directory is created only when the file is written
-        fd, candidate = tempfile.mkstemp(suffix=".json")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+    """(accepted, output) of `dockerd --validate` on data, from a private directory: nothing is written
+    beside path (check mode writes nothing under /etc; daemon.json has no paths relative to itself)."""
+    directory = tempfile.mkdtemp(prefix="gpunode-docker-check-")
+    candidate = os.path.join(directory, os.path.basename(path))
     try:
+        with open(candidate, "wb") as handle:
+            handle.write(data)
         rc, out, err = module.run_command([dockerd, "--validate", "--config-file", candidate])
     finally:
-        os.unlink(candidate)
+        shutil.rmtree(directory, ignore_errors=True)
     output = (out + err).strip().replace(candidate, path)
     return rc == 0, mask_text(output)
 

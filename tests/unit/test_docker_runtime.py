@@ -393,7 +393,17 @@ def test_validation_accepts(capsys, daemon_json, tmp_path):
     assert result["dockerd_version"] == "26.1.5+dfsg1"
     original, candidate = log.read_text().split()
     assert original == str(daemon_json)  # the file as it is, first
-    assert os.path.dirname(candidate) == str(daemon_json.parent) and not os.path.exists(candidate)
+    # Checked from a private directory, never beside the file: check mode writes nothing under /etc.
+    assert os.path.dirname(candidate) != str(daemon_json.parent) and not os.path.exists(os.path.dirname(candidate))
+
+
+def test_check_mode_validates_without_writing_beside_the_file(capsys, daemon_json, tmp_path):
+    dockerd, log = stand_in_dockerd(tmp_path)
+    result = run(capsys, check_mode=True, path=str(daemon_json), dockerd_binary=dockerd, systemd_root=str(tmp_path))
+    assert result["changed"] is True and result["validated"] is True
+    candidate = log.read_text().split()[-1]
+    assert not candidate.startswith(str(daemon_json.parent)), candidate
+    assert sorted(os.listdir(str(daemon_json.parent))) == ["daemon.json"]
 
 
 def test_validation_rejects_and_file_untouched(capsys, tmp_path):
