@@ -143,7 +143,7 @@ class ActionModule(ValidatedAction):
             self._lock_held = True  # until the node says otherwise: a call that fails may have taken it
         current = self._node(
             task_vars, op="read", path=args["path"], binary=dump_cmd[0],
-            command=dump_cmd if args["validate"] else None, exists=[args["binary"]], **lock
+            command=dump_cmd if args["validate"] else None, command_failure="report", exists=[args["binary"]], **lock
         )
         if self._lock_mode:
             self._lock_held = current["lock_held"]
@@ -348,7 +348,7 @@ class ActionModule(ValidatedAction):
         if not companions:
             content = _absolute_imports(content, files, args["path"])
         candidate = self._node(task_vars, op="check", path=args["path"], content=content, command=dump_cmd,
-                               companions=companions)
+                               command_failure="report", companions=companions)
         if candidate["command_rc"] != 0:
             raise ConfigError(
                 "%s: containerd %s rejects the edited files, so nothing was written: %s"

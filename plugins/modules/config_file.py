@@ -54,6 +54,17 @@ options:
       - The first element is looked up on C(PATH) and in the usual sbin directories.
     type: list
     elements: str
+  command_failure:
+    description:
+      - What a non-zero exit status of O(command) does.
+      - V(fail) fails the task with nothing changed, naming the command, its status and the end of its
+        error output (credentials masked).
+      - V(report) returns the status in RV(command_rc) and the output in RV(command_stdout) and
+        RV(command_stderr), for the caller to judge (the gpunode.nvidia.containerd_runtime action does, since
+        a candidate that containerd rejects is a refusal it explains).
+    type: str
+    choices: [fail, report]
+    default: fail
   binary:
     description: An executable to locate and report the C(--version) of (for example C(containerd)).
     type: str
@@ -230,6 +241,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     remove_file,
     sha256_bytes,
 )
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, run_holding
 
 SBIN_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin"]
@@ -336,6 +348,7 @@ def main():
             binary=dict(type="str"),
             include=dict(type="list", elements="str", default=[]),
             companions=dict(type="list", elements="dict", default=[]),
+            command_failure=dict(type="str", choices=["fail", "report"], default="fail"),
             exists=dict(type="list", elements="str", default=[]),
             expected_sha256=dict(type="str", no_log=False),
             backup=dict(type="bool", default=False),
@@ -397,7 +410,20 @@ def run(module):
     else:
         with editing(module, path):
             write(module, params, read_again(path, result), result)
+    if result.get("command_rc", 0) != 0 and params["command_failure"] == "fail":
+        fail_on_command(module, params, result)
     return result
+
+
+def fail_on_command(module, params, result):
+    """A command that failed fails the task (as the sibling editors do), unless the caller judges it."""
+    output = mask_text((result["command_stderr"] or result["command_stdout"]).strip())
+    tail = "\n".join(output.splitlines()[-5:])
+    module.fail_json(
+        msg="%s: %s exited with status %d on it%s. Nothing was changed; fix what it reports (or the command), "
+            "and run again." % (params["path"], params["command"][0], result["command_rc"],
+                                ": " + tail if tail else ""),
+        **dict((key, value) for key, value in result.items() if key not in ("content", "command_stdout", "command_stderr")))
 
 
 def read_again(path, result):

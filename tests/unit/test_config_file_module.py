@@ -75,3 +75,25 @@ def test_a_candidate_is_checked_from_a_private_directory_never_beside_the_file(c
     listing, checked = result["command_stdout"].split("checked ")
     assert listing.split() == (["config.toml"] if path_exists else [])
     assert checked.startswith("%s\n" % path)
+
+
+@pytest.mark.parametrize("op", [dict(op="read"), dict(op="check", content="version = 3\n")])
+def test_a_command_that_fails_fails_the_task_naming_it(capsys, tmp_path, op):
+    path = tmp_path / "config.toml"
+    path.write_text('version = 2\npassword = "s3cr3t-value"\n')
+    op = dict(op, content='version = 3\npassword = "s3cr3t-value"\n') if op["op"] == "check" else op
+    command = ["/bin/sh", "-c", "echo failed to load %s: >&2; cat %s >&2; exit 3"]
+    result = run(capsys, path=str(path), command=command, **op)
+    assert result["failed"] and result["command_rc"] == 3
+    assert result["msg"].startswith("%s: /bin/sh exited with status 3 on it: failed to load %s" % (path, path))
+    assert 'password = "********"' in result["msg"] and "Nothing was changed" in result["msg"]
+    result.pop("invocation")  # the module's own arguments (a check's content among them)
+    assert "s3cr3t-value" not in json.dumps(result)
+    assert path.read_text() == 'version = 2\npassword = "s3cr3t-value"\n'
+
+
+def test_a_caller_that_judges_the_command_gets_its_status(capsys, tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("version = 2\n")
+    result = run(capsys, path=str(path), command=["/bin/sh", "-c", "exit 3"], command_failure="report")
+    assert not result.get("failed") and result["command_rc"] == 3
