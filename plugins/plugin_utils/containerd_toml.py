@@ -863,7 +863,9 @@ def _desired_runtime(existing, source, binary):
         table = copy.deepcopy(existing)
         for key in INHERITED_KEYS:
             value = get_path(source, key)
-            if value is not None:
+            # A key the table leaves out is read by containerd as its default: equal is no change to write
+            # (the source may spell out defaults, as a written-out runc does).
+            if value is not None and _inherited(source, key) != _inherited(table, key):
                 _set_path(table, key, value)
     if not table.get("runtime_type"):
         table["runtime_type"] = RUNC_TYPE  # containerd refuses a container whose runtime has no type

@@ -149,3 +149,30 @@ def test_default_to_missing_binary_is_refused(node):
     forced = configure(node, binary="/nonexistent/nvidia-container-runtime", set_as_default=True,
                        allow_missing_binary=True)
     assert forced["changed"]
+
+
+# Debian's packaged /etc/containerd/config.toml (bookworm), plus the setting the Molecule nodes add: it lists
+# no runtime, so on 1.x the edit writes containerd's runc out with every default spelled out.
+DEBIAN_PACKAGED = '''version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+'''
+
+
+@pytest.mark.parametrize("release", RELEASES, ids=IDS)
+def test_second_run_on_debians_packaged_config_changes_nothing(private_containerd, release):
+    ctrd = private_containerd(release)
+    ctrd.start(DEBIAN_PACKAGED)
+    assert configure(ctrd)["changed"]
+    written = ctrd.read_config()
+    for _ in range(2):
+        again = configure(ctrd)
+        assert not again["changed"], again.get("effective_changes")
+        assert ctrd.read_config() == written

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from ansible.module_utils import _internal
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports, containerd_toml
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     ConfigError, parse, plan_runtime_edit)
 
@@ -315,3 +315,13 @@ def test_syntax_error_at_the_end_of_a_file_names_the_last_line_and_the_open_tabl
     with pytest.raises(ConfigError, match=expected) as err:
         plan_runtime_edit(text, ROOT, binary=BINARY, containerd_version=V21)
     assert "?" not in str(err.value) and str(err.value).startswith(ROOT + ": ")
+
+
+def test_a_default_spelled_out_in_the_source_is_no_change_to_an_existing_runtime():
+    # A written-out runc says SystemdCgroup = false; the nvidia runtime that leaves the key out runs the same.
+    existing = {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/bin/nvidia-container-runtime"}}
+    source = {"runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": False,
+              "options": {"SystemdCgroup": False, "BinaryName": ""}}
+    assert containerd_toml._desired_runtime(existing, source, "/usr/bin/nvidia-container-runtime") == existing
+    source["options"]["SystemdCgroup"] = True
+    assert containerd_toml._desired_runtime(existing, source, None)["options"]["SystemdCgroup"] is True
