@@ -18,6 +18,7 @@ import importlib
 import subprocess
 
 import pytest
+from ansible.module_utils import _internal
 
 import daemons
 from ansible_runner import run_module
@@ -26,7 +27,17 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_e
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, get_path
 
-action = importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
+
+def controller_action():
+    """The containerd action's module, imported as the unit tests do: importing a controller plugin marks the
+    process as Ansible's controller, and modules run in-process later (unit tests collected in the same
+    session) would then send their warnings to the display instead of their results."""
+    was_controller = _internal.is_controller
+    try:
+        return importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
+    finally:
+        _internal.is_controller = was_controller
+
 
 BINARY = "/usr/bin/nvidia-container-runtime"
 V1_SHIM = "io.containerd.runtime.v1.linux"
@@ -280,6 +291,7 @@ def version_of(dist):
 
 def edited(dist, text, tmp_path, **args):
     """(new text, dump before, dump after, edit) of the planner and the guard's checks, as the module runs them."""
+    action = controller_action()
     before = config_dump(dist, text, tmp_path)
     files = containerd_imports.from_contents(action.DEFAULT_PATH, {action.DEFAULT_PATH: text}, version_of(dist), {})
     plan_args = dict(name="nvidia", binary=BINARY, set_as_default=False, cdi=False, state="present", drop_in=None,
