@@ -135,8 +135,12 @@ CASES = [
      {"runtimes": {"nvidia": {"path": BINARY}, "custom": CUSTOM}}),
     ("cdi-other-features-kept", {"features": {"buildkit": True}}, {"cdi": True},
      {"features": {"buildkit": True, "cdi": True}, "runtimes": {"nvidia": {"path": BINARY}}}),
-    # nvidia-ctk deletes `runtimes` once empty and deletes a `default-runtime` naming the runtime: a
-    # reload ignores deleted keys, so dockerd would keep both until restarted (docs/docker.md).
+    ("cdi-empty-features", {"features": {}}, {"cdi": True},
+     {"features": {"cdi": True}, "runtimes": {"nvidia": {"path": BINARY}}}),
+    ("cdi-false-turned-on", {"features": {"cdi": False, "buildkit": False}, "debug": True}, {"cdi": True},
+     {"features": {"cdi": True, "buildkit": False}, "debug": True, "runtimes": {"nvidia": {"path": BINARY}}}),
+    # nvidia-ctk too turns a default naming the runtime into "runc", but it deletes `runtimes` once empty:
+    # a reload ignores deleted keys, so dockerd would keep the runtime until restarted (docs/docker.md).
     ("absent-default-becomes-runc", {"runtimes": {"nvidia": {"path": BINARY}}, "default-runtime": "nvidia"},
      {"state": "absent"}, {"runtimes": {}, "default-runtime": "runc"}),
     ("absent-other-runtime-and-default-kept",
@@ -178,3 +182,22 @@ def test_present_absent_present(docker, capsys):  # pylint: disable=redefined-ou
     configure(docker, capsys, set_as_default=True)
     prove(docker, present, "nvidia registered again")
     assert read(docker) == first
+
+
+
+NULL_RUNTIMES = '{"runtimes": null, "log-driver": "json-file"}\n'
+
+
+@pytest.mark.xfail(strict=True, reason="the module refuses `runtimes: null`, which dockerd 26.1/28.5 accept and nvidia-ctk edits")
+@pytest.mark.parametrize("state", ["present", "absent"])
+def test_null_runtimes(docker, capsys, state):  # pylint: disable=redefined-outer-name
+    """`null` is no runtime: present adds ours, absent has nothing to remove."""
+    reset(docker)
+    docker.write_config(NULL_RUNTIMES)
+    validate_everywhere(docker.config)
+    result = configure(docker, capsys, state=state)
+    if state == "absent":
+        assert result["changed"] is False and read(docker) == NULL_RUNTIMES
+        return
+    assert result["changed"] is True
+    prove(docker, {"runtimes": {"nvidia": {"path": docker.runtime}}, "log-driver": "json-file"}, "nvidia added")
