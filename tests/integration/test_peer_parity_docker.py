@@ -184,7 +184,6 @@ def test_present_absent_present(docker, capsys):  # pylint: disable=redefined-ou
     assert read(docker) == first
 
 
-
 NULL_RUNTIMES = '{"runtimes": null, "log-driver": "json-file"}\n'
 
 
