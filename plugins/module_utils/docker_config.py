@@ -168,7 +168,9 @@ def _value_at(text, member):
 
 
 def _locate(text, keys, path):
-    """Walk keys from the top object; return (deepest object found, keys left, member or None)."""
+    """Walk keys from the top object; return (deepest object found, keys left, member or None).
+
+    The member comes with keys left when it holds `null` on the way: it stands for the missing object."""
     obj = _scan_object(text, _skip_ws(text, 0))
     for index, key in enumerate(keys):
         member = _member(text, obj, key, path)
@@ -177,6 +179,8 @@ def _locate(text, keys, path):
         if index == len(keys) - 1:
             return obj, (), member
         value = _value_at(text, member)
+        if value is None:  # `null`: dockerd reads the key as absent (the member is what set_key replaces)
+            return obj, keys[index:], member
         if not isinstance(value, dict):
             raise DockerConfigError(
                 "%s: %s at %s is %s; dockerd expects an object there. Fix it by hand; "
@@ -279,6 +283,13 @@ def _same(a, b):
 def set_key(text, keys, value, path, indent):
     """Set the value at keys (a tuple), creating missing parent objects."""
     obj, missing, member = _locate(text, keys, path)
+    if member is not None and missing:  # a `null` on the way: the objects below it replace it
+        for key in reversed(missing[1:]):
+            value = OrderedDict([(key, value)])
+        multiline = indent is not None and "\n" in text
+        rendered = _render(value, indent if multiline else None, _line_indent(text, member.key_start),
+                           _newline(text), _key_separator(obj, text))
+        return text[: member.value_start] + rendered + text[member.value_end:]
     if member is not None:
         if _same(_value_at(text, member), value):
             return text
@@ -294,8 +305,8 @@ def set_key(text, keys, value, path, indent):
 
 def remove_key(text, keys, path):
     """Remove the member at keys when it exists."""
-    obj, _missing, member = _locate(text, keys, path)
-    if member is None:
+    obj, missing, member = _locate(text, keys, path)
+    if member is None or missing:
         return text
     return _remove_member(text, obj, member)
 
@@ -345,8 +356,10 @@ def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=F
         if cdi:
             body = set_key(body, ("features", "cdi"), True, path, indent)
     else:
-        # The emptied `runtimes` object stays, so that a reload unregisters the runtime.
-        body = remove_key(body, ("runtimes", name), path)
+        # The emptied `runtimes` object stays, so that a reload unregisters the runtime. A `null` runtime
+        # is no runtime to dockerd: nothing to remove.
+        if runtime_entry(data, name) is not None:
+            body = remove_key(body, ("runtimes", name), path)
         # A default naming a missing runtime stops dockerd; write the stock default
         # rather than deleting the key, which a reload would ignore.
         if data.get("default-runtime") == name:

@@ -187,7 +187,6 @@ def test_present_absent_present(docker, capsys):  # pylint: disable=redefined-ou
 NULL_RUNTIMES = '{"runtimes": null, "log-driver": "json-file"}\n'
 
 
-@pytest.mark.xfail(strict=True, reason="the module refuses `runtimes: null`, which dockerd 26.1/28.5 accept and nvidia-ctk edits")
 @pytest.mark.parametrize("state", ["present", "absent"])
 def test_null_runtimes(docker, capsys, state):  # pylint: disable=redefined-outer-name
     """`null` is no runtime: present adds ours, absent has nothing to remove."""

@@ -666,3 +666,16 @@ def test_refused_edit_gives_the_lock_back(capsys, daemon_json, tmp_path):
     result = run(capsys, path=str(daemon_json), binary="/nonexistent/nvidia-container-runtime", set_as_default=True,
                  systemd_root=str(tmp_path), lock={"path": str(lock), "owner": "run-1"})
     assert result["failed"] and result["msg"].startswith("Refusing") and lock_holder(lock) is None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"runtimes": null, "debug": true}\n', '{"runtimes": {"nvidia": {"path": "%s"}}, "debug": true}\n' % NCR),
+    ('{\n  "runtimes": null,\n  "debug": true\n}\n',
+     '{\n  "runtimes": {\n    "nvidia": {\n      "path": "%s"\n    }\n  },\n  "debug": true\n}\n' % NCR),
+    ('{\n    "runtimes": {\n        "nvidia": null\n    }\n}\n',
+     '{\n    "runtimes": {\n        "nvidia": {\n            "path": "%s"\n        }\n    }\n}\n' % NCR),
+])
+def test_null_is_read_as_absent_as_dockerd_does(text, expected):
+    assert edit(text) == expected
+    assert edit(text, state="absent") == text
+    assert edit(expected) == expected
