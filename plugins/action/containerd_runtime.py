@@ -29,6 +29,7 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import Valid
 from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime import ARGUMENT_SPEC
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
@@ -756,9 +757,9 @@ def unexpected_error_message(path, exc, written=False):
     """Name the file and the bug, never the file's content (it may hold credentials)."""
     state = "the checked edit was written" if written else "the file was left unchanged"
     return ("%s: unexpected %s while editing the containerd config; %s. This is a bug in "
-            "gpunode.nvidia.containerd_runtime: please report it with the task's arguments and the containerd "
+            "gpunode.nvidia.containerd_runtime: %s, with the task's arguments and the containerd "
             "version (the file itself may hold credentials: attach it only with secrets removed)."
-            % (path or DEFAULT_PATH, type(exc).__name__, state))
+            % (path or DEFAULT_PATH, type(exc).__name__, state, HOW_TO_REPORT))
 
 
 DISCOVERED_FORM = ("discovered takes the registered result of a gpunode.nvidia.gpu_node_facts task of this run "

@@ -27,14 +27,18 @@ def warn(module, msg):
     module.warn(mask_text(msg))
 
 
+# Where every bug message sends the user: the README says what to include and where to send it.
+HOW_TO_REPORT = 'please report it as "Reporting a problem" in the collection\'s README.md says'
+
+
 def unexpected_error(module_name, path):
     """The message for a bug: its type and where it happened, never its text (that may quote the file)."""
     kind, _value, trace = sys.exc_info()
     frames = traceback.extract_tb(trace)
     where = "%s:%d" % (os.path.basename(frames[-1][0]), frames[-1][1]) if frames else "unknown place"
     return ("Unexpected error (%s at %s) in gpunode.nvidia.%s while working on %s; nothing was written. "
-            "This is a bug: please report it with the task's arguments, this message and the shape of the file "
-            "(not its credentials)." % (kind.__name__ if kind else "error", where, module_name, path))
+            "This is a bug: %s, with the task's arguments, this message and the shape of the file "
+            "(not its credentials)." % (kind.__name__ if kind else "error", where, module_name, path, HOW_TO_REPORT))
 
 
 def run_and_exit(module, module_name, path, run):

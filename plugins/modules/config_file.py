@@ -243,6 +243,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, run_holding
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import HOW_TO_REPORT
 
 SBIN_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin"]
 
@@ -368,8 +369,8 @@ def main():
         module.fail_json(msg=str(exc))
     except Exception as exc:  # a bug must not reach the user as a traceback (nor show file content)
         module.fail_json(msg="%s: unexpected %s in gpunode.nvidia.config_file; the file was left unchanged. "
-                             "This is a bug: please report it with the task's arguments (not the file content)."
-                             % (module.params["path"], type(exc).__name__))
+                             "This is a bug: %s, with the task's arguments (not the file content)."
+                             % (module.params["path"], type(exc).__name__, HOW_TO_REPORT))
     module.exit_json(**result)
 
 

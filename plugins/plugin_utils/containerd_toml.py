@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import deep_merge
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 
@@ -71,8 +72,8 @@ INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("opt
 PREVIOUS_DEFAULT = re.compile(r"^[ \t]*# gpunode\.nvidia: default_runtime_name was (unset|\"([^\"\\\n]*)\")")
 PREVIOUS_DEFAULT_COMMENT = "# gpunode.nvidia: default_runtime_name was %s (state: absent restores it)"
 MAX_DEPTH = 64  # tables, arrays and inline tables together
-BUG_REPORT = ("The file was left unchanged. This is a bug in gpunode.nvidia.containerd_runtime: please report it "
-              "with the file attached (credentials removed).")
+BUG_REPORT = ("The file was left unchanged. This is a bug in gpunode.nvidia.containerd_runtime: %s, "
+              "with the file attached (credentials removed)." % HOW_TO_REPORT)
 
 
 class ConfigError(Exception):
