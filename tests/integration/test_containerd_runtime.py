@@ -172,7 +172,7 @@ def test_second_run_on_debians_packaged_config_changes_nothing(private_container
     ctrd.start(DEBIAN_PACKAGED)
     assert configure(ctrd)["changed"]
     written = ctrd.read_config()
-    for _ in range(2):
+    for attempt in range(2):
         again = configure(ctrd)
-        assert not again["changed"], again.get("effective_changes")
+        assert not again["changed"], (attempt, again.get("effective_changes"))
         assert ctrd.read_config() == written
