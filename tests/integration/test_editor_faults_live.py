@@ -268,6 +268,15 @@ def _signal(pid, signum):
         pass  # already gone
 
 
+def _plant_killed_write(path, data):
+    """What a kill between the write's temporary file and the rename leaves (a window of milliseconds, which a
+    test cannot hit on demand), aged: what the next run on path must clear."""
+    debris = os.path.join(os.path.dirname(path), ".%s.gpunode-k1ll3d.tmp" % os.path.basename(path))
+    with open(debris, "wb") as handle:
+        handle.write(data)
+    _age_debris(os.path.dirname(path))
+
+
 def _age_debris(directory):
     for name in os.listdir(directory):
         if ".gpunode-" in name:
@@ -302,12 +311,7 @@ def test_killed_docker_runs_leave_the_old_or_the_new_file_and_the_next_run_clear
         assert not result.get("failed"), result
         assert os.listdir(workdir) == ["daemon.json"], (outcomes, os.listdir(workdir))
     assert outcomes[-1][1] == "new", outcomes
-    # A kill between the write's temporary file and the rename (a window of milliseconds, which a test cannot
-    # hit on demand) leaves this behind; an aged one is what the next run must clear.
-    debris = os.path.join(workdir, ".daemon.json.gpunode-k1ll3d.tmp")
-    with open(debris, "w") as handle:
-        handle.write(DAEMON_JSON[:20])
-    _age_debris(workdir)
+    _plant_killed_write(path, DAEMON_JSON[:20].encode())
     assert not docker_edit(dockerd, path).get("failed")
     assert os.listdir(workdir) == ["daemon.json"]
 
@@ -329,12 +333,7 @@ def test_killed_containerd_runs_leave_a_whole_file_and_the_next_run_clears_debri
         data, _uid, _gid, mode = snapshot(path)
         assert (data == original or b"nvidia" in data) and mode == 0o600, delay
     assert b"nvidia" in data
-    # A kill between the temporary file's creation and the rename (a window of milliseconds, which a test
-    # cannot hit on demand) leaves this behind; an aged one is what the next run must clear.
-    debris = os.path.join(workdir, ".config.toml.gpunode-k1ll3d.tmp")
-    with open(debris, "wb") as handle:
-        handle.write(original[:40])
-    _age_debris(workdir)
+    _plant_killed_write(path, original[:40])
     assert not containerd_edit(dist, path).get("failed")
     assert os.listdir(workdir) == ["config.toml"]
 
