@@ -10,18 +10,21 @@ export ANSIBLE_COLLECTIONS_PATH := $(REPO)/.cache/collections
 export ANSIBLE_CONFIG := $(REPO)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: demo demo-clean test unit integration molecule lint bootstrap bench fuzz
+.PHONY: demo demo-clean test check unit integration molecule lint bootstrap bench fuzz
 
 bootstrap:
 	tests/testbed/bootstrap.sh
 
 # All tests: Galaxy import, ansible-test sanity, the oldest ansible-core (2.16), then unit (no daemons),
-# integration (real containerd/dockerd), Molecule (real systemd nodes).
+# integration (real containerd/dockerd) and Molecule (real systemd nodes) in parallel workers
+# (TEST_WORKERS, default 3). One line per step; full logs in .cache/test-logs/ (tests/run.sh).
 test: bootstrap
-	tests/galaxy/import.sh
-	tests/sanity/run.sh
-	tests/compat/run.sh
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/molecule
+	tests/run.sh all
+
+# The inner loop (a few minutes): ansible-lint, ansible-test sanity on the files changed since
+# CHECK_BASE (default HEAD: uncommitted and untracked files), unit tests.
+check: bootstrap
+	tests/run.sh check
 
 unit: bootstrap
 	$(PY) -m pytest -q tests/unit

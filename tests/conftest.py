@@ -62,3 +62,20 @@ settings.register_profile("ci", max_examples=60, derandomize=True, database=None
 settings.register_profile("fuzz", max_examples=5000, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# Parallel workers (pytest-xdist, `--dist loadgroup`, tests/run.sh): a test file is one unit of work
+# (its module fixtures start daemons once), except the Molecule file, whose scenarios are independent
+# units. The longest units go first so that none starts last.
+def _work_unit(item):
+    if item.fspath.basename == "test_scenarios.py":
+        return "molecule-%s" % item.callspec.params["scenario"]
+    return item.fspath.basename
+
+
+def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+    import pytest  # pylint: disable=import-outside-toplevel
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
+    items.sort(key=lambda item: not _work_unit(item).startswith("molecule-"))

@@ -3,6 +3,9 @@
 # the system's apt state: a private sources list, lists and cache.
 #   debian-archive.sh PACKAGE RELEASE...   -> .cache/testbed/PACKAGE-RELEASE/ (dpkg -x tree)
 set -euo pipefail
+# Parallel test workers share the cache this script fills: one run at a time.
+exec 9<"$0"
+flock 9
 here=$(cd "$(dirname "$0")/../.." && pwd)
 D=${TESTBED_DIR:-$here/.cache/testbed}
 pkg=$1; shift

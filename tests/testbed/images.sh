@@ -20,6 +20,9 @@
 #   vectoradd-fail-standin.tar  localhost/gpunode/vectoradd-fail-standin:1.0
 #       STAND-IN that always fails like the sample on a wrong result.
 set -euo pipefail
+# Parallel test workers share the cache this script fills: one run at a time.
+exec 9<"$0"
+flock 9
 here=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$here/.cache/testbed/images}
 

@@ -5,6 +5,9 @@
 # freshly provisioned Kubernetes worker. No registry is needed: debootstrap
 # from Debian's archive, then `docker import`.
 set -euo pipefail
+# Parallel test workers share the cache this script fills: one run at a time.
+exec 9<"$0"
+flock 9
 release=${1:-bookworm}
 image=local/gpunode-node:$release
 # Rebuild when this recipe changed: the image carries the recipe's checksum in its environment.

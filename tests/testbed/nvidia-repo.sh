@@ -41,6 +41,9 @@
 # tests/testbed/stand-ins/nv-fabricmanager (prints its version, then sleeps). Package names, versions and dependencies follow NVIDIA's
 # and Debian's packages, so apt resolves them as it would the real ones.
 set -euo pipefail
+# Parallel test workers share the cache this script fills: one run at a time.
+exec 9<"$0"
+flock 9
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=${1:-$repo/.cache/testbed/nvidia-repo}

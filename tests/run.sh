@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `make test` and `make check`: each step prints one line with its result and time; its whole output
+# goes to .cache/test-logs/STEP.log, and a failing step prints the tail of that log. Every step runs
+# even after a failure (one CI run reports everything), and the exit status is 1 if any failed.
+#
+#   tests/run.sh all      Galaxy import, ansible-test sanity, ansible-core 2.16, unit, integration + Molecule
+#   tests/run.sh check    the inner loop: lint, sanity on the files changed since CHECK_BASE (default HEAD:
+#                         uncommitted and untracked files), unit tests
+#
+# Integration tests and Molecule scenarios mostly wait on daemons, systemd and apt, so they run in
+# TEST_WORKERS pytest-xdist workers (default 3); a unit of work is a test file (its module fixtures stay
+# in one process) or one Molecule scenario (tests/conftest.py). The testbed scripts that fill shared
+# caches take a lock of their own, and each Molecule scenario has a docker network of its own.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+export ANSIBLE_CONFIG=$repo/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$repo/.cache/collections
+export PATH=$repo/.venv/bin:$PATH
+python=$repo/.venv/bin/python
+logs=$repo/.cache/test-logs
+mkdir -p "$logs"
+failed=()
+suite_start=$(date +%s)
+
+step() {
+  local name=$1 start status
+  shift
+  start=$(date +%s)
+  "$@" >"$logs/$name.log" 2>&1
+  status=$?
+  if [ "$status" -eq 0 ]; then
+    printf 'ok    %-12s %5d s   %s\n' "$name" $(($(date +%s) - start)) "$(result_line "$name")"
+  else
+    printf 'FAIL  %-12s %5d s   (exit %d) full log: %s\n' "$name" $(($(date +%s) - start)) "$status" \
+      ".cache/test-logs/$name.log"
+    tail -n 60 "$logs/$name.log" | sed 's/^/      | /'
+    failed+=("$name")
+  fi
+}
+
+# The line of a step's log that says what passed (pytest's summary, the importer's result, ...).
+result_line() {
+  grep -E '^[0-9]+ passed|passed|^(galaxy-importer|ansible-test sanity|ansible-core 2.16)' "$logs/$1.log" |
+    tail -n 1 | sed -E 's/^=+ | =+$//g'
+}
+
+pytest_parallel() {
+  "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"
+}
+
+changed_files() {
+  { git diff --name-only "${CHECK_BASE:-HEAD}" -- . ; git ls-files --others --exclude-standard; } |
+    sort -u | while IFS= read -r f; do [ -f "$f" ] && printf '%s\n' "$f"; done
+}
+
+sanity_changed() {
+  local files
+  mapfile -t files < <(changed_files)
+  if [ "${#files[@]}" -eq 0 ]; then
+    echo "no changed files since ${CHECK_BASE:-HEAD}: nothing to check"
+    return 0
+  fi
+  tests/sanity/run.sh "${files[@]}"
+}
+
+case "${1:-all}" in
+  all)
+    step galaxy-import tests/galaxy/import.sh
+    step sanity tests/sanity/run.sh
+    step compat tests/compat/run.sh
+    step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
+    step integration pytest_parallel tests/molecule tests/integration
+    ;;
+  check)
+    step lint make --no-print-directory lint
+    step sanity sanity_changed
+    step unit "$python" -m pytest -q -p no:cacheprovider -n 2 tests/unit
+    ;;
+  *)
+    echo "usage: tests/run.sh [all|check]" >&2
+    exit 2
+    ;;
+esac
+
+total=$(($(date +%s) - suite_start))
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "FAILED: ${failed[*]} (${total} s; logs in .cache/test-logs/)"
+  exit 1
+fi
+echo "all passed (${total} s)"
