@@ -62,29 +62,21 @@ def dnf_lock_specs(packages):
     return ["%s-%s" % (name, packages[name]) for name in sorted(packages)]
 
 
-def dnf_locked(list_text):
-    """Package names `dnf versionlock list` shows locked ('nvidia-driver-cuda-3:580.65.06-1.el9.*')."""
-    found = set()
-    for line in (list_text or "").splitlines():
-        match = re.match(r"^([\w.+-]+?)-(?:\d+:)?\d[^\s]*$", line.strip())
-        if match:
-            found.add(match.group(1))
-    return sorted(found)
-
-
 def lock_plan(manager, installed):
-    """What holds the set: the files (apt), the package names to hold, and the versionlock commands (dnf, yum)."""
+    """What holds the set: the files (apt), the package names to hold, and per package the versionlock commands
+    that lock and release it (dnf, yum)."""
     packages = locked_packages(installed)
     names = sorted(packages)
     plan = {"package_manager": manager, "packages": packages, "names": names,
             "preferences_path": None, "preferences": None, "unattended_path": None, "unattended": None,
-            "lock_command": None, "release_command": None}
+            "versionlock": []}
     if not names:
         return plan
     if manager == "apt":
         plan.update(preferences_path=APT_PREFERENCES, preferences=apt_preferences(packages),
                     unattended_path=APT_UNATTENDED, unattended=unattended_blacklist(packages))
     elif manager in ("dnf", "yum"):
-        plan.update(lock_command=[manager, "versionlock", "add"] + dnf_lock_specs(packages),
-                    release_command=[manager, "versionlock", "delete"] + names)
+        plan["versionlock"] = [{"name": name, "lock": [manager, "versionlock", "add", spec],
+                                "release": [manager, "versionlock", "delete", name]}
+                               for name, spec in zip(names, dnf_lock_specs(packages))]
     return plan

@@ -309,8 +309,8 @@ plan:
     version_lock:
       description: >-
         The driver's locked version set - C(package_manager), C(packages) (name to installed version), C(names),
-        C(preferences_path) and C(preferences), C(unattended_path) and C(unattended) (apt), C(lock_command) and
-        C(release_command) (dnf, yum).
+        C(preferences_path) and C(preferences), C(unattended_path) and C(unattended) (apt), and C(versionlock) (dnf, yum) - per package its
+        C(name) and the C(lock) and C(release) commands.
       type: dict
     drift:
       description: >-

@@ -164,25 +164,20 @@ def test_apt_lock_files():
     assert plan["unattended_path"] == "/etc/apt/apt.conf.d/51gpunode-nvidia-lock"
     assert plan["unattended"].endswith(
         'Unattended-Upgrade::Package-Blacklist {\n    "libnvidia\\-ml1$";\n    "nvidia\\-smi$";\n};\n')
-    assert plan["lock_command"] is None and plan["names"] == ["libnvidia-ml1", "nvidia-smi"]
+    assert plan["versionlock"] == [] and plan["names"] == ["libnvidia-ml1", "nvidia-smi"]
 
 
 def test_dnf_versionlock_plan():
     installed = {"nvidia-driver-cuda": "3:580.65.06-1.el9", "kmod-nvidia-open-dkms": "3:580.65.06-1.el9",
                  "nvidia-fabric-manager": "580.65.06-1", "nvidia-container-toolkit": "1.17.8-1", "kernel": "5.14.0"}
     plan = version_lock.lock_plan("dnf", installed)
-    assert plan["lock_command"] == ["dnf", "versionlock", "add", "kmod-nvidia-open-dkms-3:580.65.06-1.el9",
-                                    "nvidia-driver-cuda-3:580.65.06-1.el9", "nvidia-fabric-manager-580.65.06-1"]
-    assert plan["release_command"] == ["dnf", "versionlock", "delete", "kmod-nvidia-open-dkms", "nvidia-driver-cuda",
-                                       "nvidia-fabric-manager"]
+    assert [entry["lock"] for entry in plan["versionlock"]] == [
+        ["dnf", "versionlock", "add", "kmod-nvidia-open-dkms-3:580.65.06-1.el9"],
+        ["dnf", "versionlock", "add", "nvidia-driver-cuda-3:580.65.06-1.el9"],
+        ["dnf", "versionlock", "add", "nvidia-fabric-manager-580.65.06-1"]]
+    assert plan["versionlock"][1]["release"] == ["dnf", "versionlock", "delete", "nvidia-driver-cuda"]
     assert plan["preferences"] is None and plan["unattended"] is None
-    assert version_lock.lock_plan("yum", installed)["lock_command"][:3] == ["yum", "versionlock", "add"]
-
-
-def test_dnf_versionlock_list_is_read_back():
-    text = ("Last metadata expiration check: 0:01:02 ago.\nnvidia-driver-cuda-3:580.65.06-1.el9.*\n"
-            "kmod-nvidia-open-dkms-3:580.65.06-1.el9.*\nnvidia-fabric-manager-580.65.06-1.*\n")
-    assert version_lock.dnf_locked(text) == ["kmod-nvidia-open-dkms", "nvidia-driver-cuda", "nvidia-fabric-manager"]
+    assert version_lock.lock_plan("yum", installed)["versionlock"][0]["lock"][:3] == ["yum", "versionlock", "add"]
 
 
 def test_nothing_installed_nothing_locked():
