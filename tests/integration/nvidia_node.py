@@ -97,8 +97,9 @@ class PlayResult(object):
 class NodeContainer(object):
     """One throw-away node: start(), serve_repo(), play(...), close()."""
 
-    def __init__(self, prefix="gpunode-nvtest"):
+    def __init__(self, prefix="gpunode-nvtest", image=IMAGE):
         self.name = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+        self.image = image
         self.url = None
         self._workdir = tempfile.mkdtemp(prefix="gpunode-nvnode-")
 
@@ -108,7 +109,7 @@ class NodeContainer(object):
                 "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"]
         for cap in CAPABILITIES:
             argv += ["--cap-add", cap]
-        subprocess.run(argv + [IMAGE, "/sbin/init"], check=True, stdout=subprocess.PIPE, timeout=120)
+        subprocess.run(argv + [self.image, "/sbin/init"], check=True, stdout=subprocess.PIPE, timeout=120)
         deadline = time.time() + timeout
         state = ""
         while time.time() < deadline:  # until systemd answers on its bus, then until it settles
