@@ -137,7 +137,8 @@ class NodeContainer(object):
         found = {}
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) >= 3 and parts[2].startswith("ii") and re.search(pattern, parts[0]):
+            # "ii" installed, "hi" installed and held (the driver's locked version set)
+            if len(parts) >= 3 and parts[2][:2] in ("ii", "hi") and re.search(pattern, parts[0]):
                 found[parts[0]] = parts[1]
         return found
 
