@@ -349,6 +349,7 @@ plan:
       type: str
 """
 
+import functools
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -408,7 +409,8 @@ def main():
     root = params["root"]
     if not os.path.isdir(root):
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
-    node = Node(root, run_command if os.path.realpath(root) == "/" else None)
+    # apt's simulations (the drift preflight, the precompiled check) take seconds on a busy node.
+    node = Node(root, functools.partial(run_command, timeout=120) if os.path.realpath(root) == "/" else None)
     env = {"running_kernel": params["running_kernel"] or os.uname()[2],
            "arch": params["architecture"] or os.uname()[4],
            "secure_boot": None if params["secure_boot"] is None else {
