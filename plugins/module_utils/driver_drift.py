@@ -82,25 +82,31 @@ def drift(loaded_version, library, fabricmanager, installed, upgrades):
         if version != set_version:
             splits.append({"component": name, "package": None, "version": version, "set_version": set_version,
                            "text": "%s is %s (%s), not the set's %s" % (name, version, source, set_version)})
-    splits += upgrade_splits(locked_packages(installed), upgrades)
+    splits += upgrade_splits(locked_packages(installed), upgrades, loaded_version)
     return {"set_version": set_version, "components": [{"name": c[0], "version": c[1], "source": c[2]}
                                                        for c in components], "splits": splits}
 
 
-def upgrade_splits(driver_set, upgrades):
-    """The upgrades that would leave the set's driver-versioned packages at two versions, by package."""
+def upgrade_splits(driver_set, upgrades, loaded_version=None):
+    """The upgrades that would leave the set's driver-versioned packages at two versions, or move them away from
+    the loaded kernel module (NVML's "Driver/library version mismatch" until a reboot), by package."""
     versioned = dict((name, version) for name, version in driver_set.items() if branch_of(version))
     after = dict((name, upgrades.get(name, version)) for name, version in versioned.items())
-    if len(set(upstream(v) for v in after.values())) < 2:
+    if len(set(upstream(v) for v in after.values())) < 2 and not (
+            loaded_version and set(upstream(v) for v in after.values()) - set([loaded_version])):
         return []
     splits = []
     for name in sorted(n for n in versioned if n in upgrades):
         staying = sorted(n for n in versioned if upstream(after[n]) != upstream(upgrades[name]))
+        if staying:
+            rest = "%s stay%s at %s" % (_few(staying), "" if len(staying) > 1 else "s",
+                                        ", ".join(sorted(set(upstream(after[n]) for n in staying))))
+        else:
+            rest = "the loaded kernel module stays at %s until a reboot" % loaded_version
         splits.append({"component": "upgrade", "package": name, "version": upgrades[name],
                        "set_version": upstream(versioned[name]),
-                       "text": "the next upgrade would move %s from %s to %s while %s stay%s at %s" % (
-                           name, versioned[name], upgrades[name], _few(staying), "" if len(staying) > 1 else "s",
-                           ", ".join(sorted(set(upstream(after[n]) for n in staying))))})
+                       "text": "the next upgrade would move %s from %s to %s while %s" % (
+                           name, versioned[name], upgrades[name], rest)})
     return splits
 
 

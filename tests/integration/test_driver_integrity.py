@@ -8,6 +8,7 @@ the Secure Boot firmware (a container has no EFI variables; the firmware's answe
 trees in tests/unit/test_driver_integrity.py). The signed test module is built, never loaded (a container
 shares the host's kernel).
 """
+import json
 import re
 import subprocess
 
@@ -21,6 +22,9 @@ DKMS_IMAGE = "local/gpunode-dkms:bookworm"
 DRIVER = [{"role": "gpunode.nvidia.nvidia_driver"}]
 OPEN_SET = ("nvidia-open-kernel-dkms", "firmware-nvidia-gsp", "nvidia-smi", "libcuda1", "libnvidia-ml1")
 OLD = "535.261.03-1"
+# Debian 12's archive carries no 550: the stand-in archive's 550 packages are kept out of this node, so the only
+# upgrade is the non-free side's 535.309.01 update (the open kernel module stays at 535.261.03).
+NO_550 = "Package: *\nPin: version 550.*\nPin-Priority: -1\n"
 UNATTENDED_TEST_CONF = """// Test only: let unattended-upgrades take anything from the stand-in archive.
 Unattended-Upgrade::Origins-Pattern { "origin=gpunode test (stand-in for Debian)"; };
 """
@@ -106,12 +110,13 @@ def test_unattended_upgrades_leave_the_locked_set_alone(node):
           "Types: deb\nURIs: %s/debian\nSuites: bookworm\nComponents: main contrib non-free non-free-firmware\n"
           "Signed-By: /etc/apt/keyrings/stand-in-debian.asc\n" % node.url)
     write(node, "/etc/apt/apt.conf.d/52gpunode-test-origins", UNATTENDED_TEST_CONF)
+    write(node, "/etc/apt/preferences.d/gpunode-test-no-550", NO_550)
     node.sh("apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends %s"
             % " ".join("%s=%s" % (name, OLD) for name in OPEN_SET), timeout=600)
 
     before, before_log = unattended_dry_run(node)
     print("unattended-upgrade --dry-run before the lock: %s" % before)
-    assert {"libcuda1", "libnvidia-ml1", "nvidia-smi"} <= set(before), before_log[-3000:]
+    assert set(before) & set(OPEN_SET) == {"libcuda1", "libnvidia-ml1", "nvidia-smi"}, before_log[-3000:]
 
     bake = {"nvidia_driver_install_without_gpu": True, "nvidia_driver_branch": "535",
             "nvidia_driver_debian_mirror": node.url + "/debian", "nvidia_driver_debian_suites": ["bookworm"],
@@ -138,3 +143,53 @@ def test_unattended_upgrades_leave_the_locked_set_alone(node):
 
     again = node.play(DRIVER, bake)
     assert not again.failed and again.changed == 0, again.changed_tasks()
+
+
+SUMMARY = [{"name": "Summary",
+            "ansible.builtin.include_role": {"name": "gpunode.nvidia.nvidia_driver", "tasks_from": "summary"}}]
+ONE_TIME_PASSWORD = "0tp-S3NTINEL-4711"
+
+
+def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_secret(node):
+    """The role's dkms_sign path. STAND-INS: mokutil (tests/testbed/stand-ins/mokutil: the enrollment state in
+    files) and the Secure Boot state (nvidia_driver_secure_boot: enabled; a container has no EFI variables)."""
+    node.serve_repo(nvidia_node.ensure_repo())
+    subprocess.run(["docker", "cp", nvidia_node.TESTBED + "/stand-ins/mokutil", node.name + ":/usr/local/sbin/mokutil"],
+                   check=True, timeout=60)
+    node.sh("cd /tmp && openssl req -new -x509 -newkey rsa:2048 -nodes -days 30 -subj '/CN=Example Corp GPU fleet "
+            "signing/' -keyout org.key -out org.pem 2>/dev/null")
+    key, cert = node.read("/tmp/org.key"), node.read("/tmp/org.pem")
+    node.sh("rm /tmp/org.key")
+    variables = {"nvidia_driver_install_without_gpu": True, "nvidia_driver_branch": "535",
+                 "nvidia_driver_debian_mirror": node.url + "/debian", "nvidia_driver_debian_suites": ["bookworm"],
+                 "nvidia_driver_debian_signed_by": node.url + "/keys/nvidia-test.asc",
+                 "nvidia_driver_secure_boot": "enabled", "nvidia_driver_secure_boot_strategy": "dkms_sign",
+                 "nvidia_driver_signing_key": key, "nvidia_driver_signing_certificate": cert,
+                 "nvidia_driver_mok_password": ONE_TIME_PASSWORD}
+    key_body = key.strip().splitlines()[1]
+
+    first = node.play(DRIVER, variables, post_tasks=SUMMARY)
+    assert not first.failed, first.failure_messages()
+    output = json.dumps(first.report) + first.stderr
+    assert key_body not in output and ONE_TIME_PASSWORD not in output
+    assert "Secure Boot strategy: dkms_sign (asked for (nvidia_driver_secure_boot_strategy))" in first.messages()
+    assert first.result_of("Record that the enrollment waits for the console")["ansible_facts"] == {
+        "nvidia_driver_enrollment_pending": True}
+    assert any(m.startswith("SECURE BOOT KEY ENROLLMENT PENDING") for m in first.messages()), first.messages()
+    assert node.read(secure_boot.DKMS_SIGNING_CONF) == secure_boot.dkms_signing_conf()
+    assert node.sh("stat -c %a " + secure_boot.SIGNING_KEY).stdout.strip() == "600"
+    assert node.sh("mokutil --list-new").stdout.strip()  # queued once, with the password given twice
+    assert sorted(node.sh("apt-mark showhold").stdout.split()) == sorted(OPEN_SET)
+
+    again = node.play(DRIVER, variables)
+    assert not again.failed and again.changed == 0, again.changed_tasks()
+    assert again.result_of("Record that the enrollment waits for the console")["ansible_facts"] == {
+        "nvidia_driver_enrollment_pending": True}  # still waiting for the console: not queued again
+
+    node.sh("d=/var/lib/gpunode-standin/mok; mv $d/new/* $d/enrolled/")  # confirmed in MokManager
+    enrolled = node.play(DRIVER, variables, post_tasks=SUMMARY)
+    assert not enrolled.failed and enrolled.changed == 0, enrolled.changed_tasks()
+    assert not any("ENROLLMENT PENDING" in m for m in enrolled.messages())
+
+    without_password = node.play(DRIVER, dict(variables, nvidia_driver_mok_password=""))
+    assert not without_password.failed  # enrolled: no password needed any more

@@ -211,9 +211,9 @@ def test_an_upgrade_of_the_libraries_alone_is_named():
         "firmware-nvidia-gsp, libcuda1, nvidia-fabricmanager-535 and 1 more stay at 535.261.03")
 
 
-def test_an_upgrade_of_the_whole_set_is_no_split():
+def test_an_upgrade_of_the_whole_set_with_no_module_loaded_is_no_split():
     upgrades = dict((name, "535.309.01-1") for name in DEBIAN_SET if name.startswith(("nvidia-", "lib", "firmware")))
-    result = driver_drift.drift("535.261.03", (None, None), (None, None), DEBIAN_SET, upgrades)
+    result = driver_drift.drift(None, (None, None), (None, None), DEBIAN_SET, upgrades)
     assert result["splits"] == []
 
 
@@ -264,3 +264,15 @@ def test_efi_fake_tree_for_the_three_cases(tree):
     assert enrolled["enabled"] and enrolled["strategy"] == "dkms_sign" and not enrolled["blocks_install"]
     not_enrolled = driver(on, mok_enrolled=False)["secure_boot"]
     assert not_enrolled["strategy"] == "refuse" and not_enrolled["blocks_install"]
+
+
+def test_a_whole_set_upgrade_away_from_the_loaded_module_is_named():
+    installed = {"nvidia-open-kernel-dkms": "535.261.03-1", "libnvidia-ml1": "535.261.03-1"}
+    upgrades = {"nvidia-open-kernel-dkms": "550.163.01-1", "libnvidia-ml1": "550.163.01-1"}
+    assert driver_drift.upgrade_splits(installed, upgrades) == []  # an image: nothing loaded, the set moves as one
+    splits = driver_drift.upgrade_splits(installed, upgrades, "535.261.03")
+    assert [s["text"] for s in splits] == [
+        "the next upgrade would move libnvidia-ml1 from 535.261.03-1 to 550.163.01-1 while the loaded kernel module "
+        "stays at 535.261.03 until a reboot",
+        "the next upgrade would move nvidia-open-kernel-dkms from 535.261.03-1 to 550.163.01-1 while the loaded "
+        "kernel module stays at 535.261.03 until a reboot"]
