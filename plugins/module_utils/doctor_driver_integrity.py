@@ -103,8 +103,9 @@ def check_set_split(rule, ctx):
     splits = [s for s in node_drift(ctx.node, loaded, manager)["splits"] if s["package"]]
     if not splits:
         return []
-    return [finding(rule, "The next package upgrade would split the NVIDIA driver's version set: %s." % (
-                        "; ".join(s["text"] for s in splits)),
+    message = "The next package upgrade would split the NVIDIA driver's version set: %s." % (
+        "; ".join(s["text"] for s in splits))
+    return [finding(rule, message,
                     [{"kind": "version", "name": s["package"], "version": s["version"], "source": "upgrade candidate"}
                      for s in splits] + [{"kind": "version", "name": "nvidia kernel module", "version": loaded,
                                           "source": "/proc/driver/nvidia/version"}],

@@ -24,7 +24,7 @@ OPEN_SET = ("nvidia-open-kernel-dkms", "firmware-nvidia-gsp", "nvidia-smi", "lib
 OLD = "535.261.03-1"
 # Debian 12's archive carries no 550: the stand-in archive's 550 packages are kept out of this node, so the only
 # upgrade is the non-free side's 535.309.01 update (the open kernel module stays at 535.261.03).
-NO_550 = "Package: *\nPin: version 550.*\nPin-Priority: -1\n"
+NO_550 = "Package: nvidia-* libnvidia-* libcuda1 firmware-nvidia-gsp\nPin: version 550.*\nPin-Priority: -1\n"
 UNATTENDED_TEST_CONF = """// Test only: let unattended-upgrades take anything from the stand-in archive.
 Unattended-Upgrade::Origins-Pattern { "origin=gpunode test (stand-in for Debian)"; };
 """
