@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_drift, secure_boot, version_lock
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
 
-from test_driver_plan import driver, tree  # noqa: F401  pylint: disable=unused-import  (tree: the fixture)
+# tree: the node tree fixture, used by name
+from test_driver_plan import driver, tree  # noqa: F401  pylint: disable=unused-import
 
 DEBIAN_SET = {"nvidia-open-kernel-dkms": "535.261.03-1", "nvidia-smi": "535.261.03-1", "libcuda1": "535.261.03-1",
               "libnvidia-ml1": "535.261.03-1", "firmware-nvidia-gsp": "535.261.03-1",
