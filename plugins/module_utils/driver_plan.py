@@ -262,7 +262,7 @@ def strategy_refusal(strategy, dist, module_path, sb, mok, request):
         return ("Secure Boot strategy precompiled uses the distribution's signed module packages, which this "
                 "collection installs on Ubuntu (nvidia_driver_ubuntu_modules: prebuilt); %s %s builds its modules "
                 "with DKMS. Nothing was installed. Use nvidia_driver_secure_boot_strategy: dkms_sign with your "
-                "organisation's key (docs/secure-boot.md)." % (dist["id"], dist.get("version_id") or ""))
+                "organisation's key (docs/secure-boot.md)." % (dist["id"], dist["major"]))
     if strategy == "dkms_sign" and module_path != "dkms":
         return ("Secure Boot strategy dkms_sign signs modules DKMS builds, but the plan installs Ubuntu's prebuilt "
                 "modules (already signed by Canonical). Nothing was installed. Set nvidia_driver_ubuntu_modules: "
