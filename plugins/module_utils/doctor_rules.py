@@ -44,6 +44,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import node_reader
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_containerd_config import (
     check_cgroup_kubelet, check_cgroup_runtime, check_generated_edited, check_import_replaces_cri)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import Context, finding, manual_fix, note
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_driver_integrity import RULES as INTEGRITY_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_driver_toolkit import (
     check_driver_mismatch, check_glibc, check_gpu_without_driver, check_nouveau)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_firstboot import FIRSTBOOT_RULES
@@ -116,7 +117,7 @@ CATALOGUE = (
     Rule("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
     Rule("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
     Rule("doctor-rule-error", "warning", None, "A diagnosis rule could not finish", check_rule_error),
-) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES)  # doctor_health.py, doctor_firstboot.py
+) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES + INTEGRITY_RULES)  # doctor_health.py, ..._firstboot.py, ..._driver_integrity.py
 RULES_BY_ID = dict((rule.id, rule) for rule in CATALOGUE)
 
 

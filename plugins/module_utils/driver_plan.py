@@ -28,11 +28,17 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.driver_drift import node_drift
+from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import kernel_hold_packages
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_os import (
     PlanError, apt_candidates, apt_components, distribution, kernels, mok_key, module_files, module_version,
     offline_files, read_os_release, secure_boot)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.package_versions import (
     DEB_FILE_RE, branch_of, install_command, lockstep_version, upstream, version_key)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.secure_boot import (
+    DKMS_SIGNING_CONF, SIGNING_CERT, SIGNING_CERT_PEM, SIGNING_KEY, choose_strategy, dkms_signing_conf,
+    missing_precompiled_message, precompiled_packages, simulated_kernel)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.version_lock import lock_plan
 
 CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -237,25 +243,72 @@ def initramfs_command(node, dist):
     return None
 
 
-def secure_boot_plan(dist, module_path, sb, mok, check):
-    """Does Secure Boot block this install? Prebuilt signed modules pass; DKMS needs an enrolled key."""
-    signed = module_path == "prebuilt" or mok["enrolled"]
-    blocks = bool(check and sb["enabled"] and not signed)
-    message = None
-    if blocks:
-        key = mok["path"] or "/var/lib/dkms/mok.pub"
-        message = (
-            "Secure Boot is enabled (%s) and the NVIDIA kernel modules would be built by DKMS and signed with no "
-            "enrolled key: the kernel would refuse to load them and the GPU would stay unusable. Nothing was "
-            "installed. Do one of: (1) enroll the key DKMS signs with: `mokutil --import %s` (create it with "
-            "`dkms generate_mok` if missing), reboot, confirm the enrolment in MokManager at the console, then run "
-            "again; %s(3) disable Secure Boot in the firmware; (4) if your modules are signed another way, set "
-            "nvidia_driver_secure_boot_check: false." % (
-                sb["source"], key,
-                "(2) use Canonical's signed prebuilt modules: nvidia_driver_ubuntu_modules: prebuilt; "
-                if dist["family"] == "ubuntu" else "(2) install a driver whose modules are already signed; "))
-    return {"enabled": sb["enabled"], "source": sb["source"], "module_signed": signed, "mok_key": mok["path"],
-            "mok_enrolled": mok["enrolled"], "blocks_install": blocks, "message": message}
+def secure_boot_plan(dist, module_path, sb, mok, request):
+    """Does Secure Boot block this install, and which strategy gets the modules signed (secure_boot.py)?"""
+    choice = choose_strategy(request.get("secure_boot_strategy") or "auto", sb["enabled"], module_path,
+                             bool(request.get("signing_key_given")), mok["enrolled"])
+    signed = module_path == "prebuilt" or mok["enrolled"] or bool(request.get("signing_key_given"))
+    message = strategy_refusal(choice["strategy"], dist, module_path, sb, mok, request)
+    blocks = bool(request.get("secure_boot_check", True) and sb["enabled"] and message)
+    return {"enabled": sb["enabled"], "source": sb["source"], "strategy": choice["strategy"],
+            "strategy_reason": choice["reason"], "module_signed": signed, "mok_key": mok["path"],
+            "mok_enrolled": mok["enrolled"], "blocks_install": blocks, "message": message if blocks else None,
+            "precompiled": None, "signing": signing_paths() if choice["strategy"] == "dkms_sign" else None}
+
+
+def strategy_refusal(strategy, dist, module_path, sb, mok, request):
+    """Why the chosen strategy cannot give the kernel a signed module, None when it can."""
+    if strategy == "precompiled" and module_path != "prebuilt":
+        return ("Secure Boot strategy precompiled uses the distribution's signed module packages, which this "
+                "collection installs on Ubuntu (nvidia_driver_ubuntu_modules: prebuilt); %s %s builds its modules "
+                "with DKMS. Nothing was installed. Use nvidia_driver_secure_boot_strategy: dkms_sign with your "
+                "organisation's key (docs/secure-boot.md)." % (dist["id"], dist["major"]))
+    if strategy == "dkms_sign" and module_path != "dkms":
+        return ("Secure Boot strategy dkms_sign signs modules DKMS builds, but the plan installs Ubuntu's prebuilt "
+                "modules (already signed by Canonical). Nothing was installed. Set nvidia_driver_ubuntu_modules: "
+                "dkms, or use nvidia_driver_secure_boot_strategy: precompiled.")
+    if strategy == "dkms_sign" and not request.get("signing_key_given") and not mok["enrolled"]:
+        return ("Secure Boot strategy dkms_sign needs the organisation's signing key and certificate: set "
+                "nvidia_driver_signing_key and nvidia_driver_signing_certificate (PEM, from a vault). Nothing was "
+                "installed.")
+    if strategy != "refuse" or module_path == "prebuilt" or mok["enrolled"]:
+        return None
+    key = mok["path"] or "/var/lib/dkms/mok.pub"
+    return (
+        "Secure Boot is enabled (%s) and the NVIDIA kernel modules would be built by DKMS and signed with no "
+        "enrolled key: the kernel would refuse to load them and the GPU would stay unusable. Nothing was "
+        "installed. Do one of: (1) sign them with your organisation's key: nvidia_driver_secure_boot_strategy: "
+        "dkms_sign with nvidia_driver_signing_key and nvidia_driver_signing_certificate (docs/secure-boot.md), or "
+        "enroll the key DKMS signs with: `mokutil --import %s` (create it with `dkms generate_mok` if missing), "
+        "reboot, confirm the enrolment in MokManager at the console, then run again; %s(3) disable Secure Boot in "
+        "the firmware; (4) if your modules are signed another way, set nvidia_driver_secure_boot_check: false." % (
+            sb["source"], key,
+            "(2) use Canonical's signed prebuilt modules: nvidia_driver_ubuntu_modules: prebuilt; "
+            if dist["family"] == "ubuntu" else "(2) install a driver whose modules are already signed; "))
+
+
+def signing_paths():
+    return {"key": SIGNING_KEY, "certificate_pem": SIGNING_CERT_PEM, "certificate": SIGNING_CERT,
+            "dkms_conf_path": DKMS_SIGNING_CONF, "dkms_conf": dkms_signing_conf()}
+
+
+def precompiled_check(node, kernel_facts, branch, flavour, installed_names):
+    """The signed module packages for the running kernel and the one an upgrade of the kernel metapackage would
+    install (apt-get -s), and those the archive lacks (apt-cache show)."""
+    kernels = [kernel_facts["running"]]
+    for meta in kernel_hold_packages("apt", installed_names):
+        if meta.startswith("linux-image-"):
+            rc, out, _err = node.run(["apt-get", "-s", "-q", "-o", "Debug::NoLocking=1", "install", meta])
+            upgrade = simulated_kernel(out) if rc == 0 else None
+            if upgrade and upgrade not in kernels:
+                kernels.append(upgrade)
+    packages = precompiled_packages(branch, flavour, kernels)
+    missing = []
+    for name in packages:
+        rc, out, _err = node.run(["apt-cache", "show", name])
+        if rc != 0 or not (out or "").strip():
+            missing.append(name)
+    return {"kernels": kernels, "packages": packages, "missing": missing}
 
 
 def reboot_state(gpus, installed):
@@ -305,9 +358,13 @@ def plan_driver(node, request, env):
             "apt_pin_path": None, "commands": []}
     sb = env["secure_boot"] if env.get("secure_boot") is not None else secure_boot(node, node.run)
     mok = mok_key(node, node.run, env.get("mok_enrolled"))
-    plan["secure_boot"] = secure_boot_plan(dist, module_path, sb, mok, request.get("secure_boot_check", True))
+    plan["secure_boot"] = secure_boot_plan(dist, module_path, sb, mok, request)
+    plan["version_lock"] = lock_plan(dist["package_manager"], node.packages()["packages"])
+    plan["drift"] = node_drift(node, installed["loaded_version"], dist["package_manager"])
     if action not in ("install", "upgrade"):
         return plan
+    if plan["secure_boot"]["strategy"] == "precompiled" and module_path == "prebuilt" and node.run is not None:
+        refuse_missing_precompiled(plan, node, kernel_facts, branch, flavour, request)
     names, pinned, stream, lock, notes = driver_packages(dist, branch, flavour, request, kernel_facts)
     if dist["family"] == "ubuntu" and source != "offline":
         check_ubuntu_branch(node, branch)
@@ -335,6 +392,14 @@ def plan_driver(node, request, env):
         plan["module_stream"] = None
     plan["commands"] = driver_commands(plan, action)
     return plan
+
+
+def refuse_missing_precompiled(plan, node, kernel_facts, branch, flavour, request):
+    check = precompiled_check(node, kernel_facts, branch, flavour, node.packages()["packages"])
+    plan["secure_boot"]["precompiled"] = check
+    if check["missing"] and plan["secure_boot"]["enabled"] and request.get("secure_boot_check", True):
+        plan["secure_boot"].update(blocks_install=True,
+                                   message=missing_precompiled_message(check["missing"], check["kernels"]))
 
 
 def check_ubuntu_branch(node, branch):

@@ -151,6 +151,21 @@ options:
     description: Let Secure Boot with unsigned modules block the install (I(secure_boot.blocks_install)).
     type: bool
     default: true
+  secure_boot_strategy:
+    description:
+      - How the modules get signed when Secure Boot is on (I(secure_boot.strategy)); see the Secure Boot documentation.
+      - C(auto) - the distribution's signed packages where the plan uses them (Ubuntu prebuilt), DKMS signing with the
+        organisation's key when O(signing_key_given), else C(refuse).
+      - C(precompiled) - the distribution's signed module packages for the running kernel and the kernel an upgrade
+        would install; the install is blocked, naming the package, when the archive lacks one.
+      - C(dkms_sign) - DKMS signs with the organisation's key. C(refuse) - block unsigned modules.
+    type: str
+    choices: [auto, precompiled, dkms_sign, refuse]
+    default: auto
+  signing_key_given:
+    description: Whether the operator gave the organisation's module signing key and certificate (never the key itself).
+    type: bool
+    default: false
   running_kernel:
     description: Kernel release running (default - this machine's). Set it when planning for a mounted image.
     type: str
@@ -286,8 +301,22 @@ plan:
       elements: str
     secure_boot:
       description: >-
-        C(enabled) (true, false or null), C(source), C(module_signed), C(mok_key), C(mok_enrolled),
-        C(blocks_install), C(message).
+        C(enabled) (true, false or null), C(source), C(strategy) (C(none), C(precompiled), C(dkms_sign) or
+        C(refuse)), C(strategy_reason), C(module_signed), C(mok_key), C(mok_enrolled), C(blocks_install), C(message),
+        C(precompiled) (C(kernels), C(packages), C(missing)) and C(signing) (the paths of the signing key and
+        certificate on the node, and the DKMS configuration file).
+      type: dict
+    version_lock:
+      description: >-
+        The driver's locked version set - C(package_manager), C(packages) (name to installed version), C(names),
+        C(preferences_path) and C(preferences), C(unattended_path) and C(unattended) (apt), and C(versionlock) (dnf, yum) - per package its
+        C(name) and the C(lock) and C(release) commands.
+      type: dict
+    drift:
+      description: >-
+        C(set_version), C(components) (loaded module, user-space library, fabric manager with their versions) and
+        C(splits) - each a C(component), C(package) (the package an upgrade would move, or null), C(version),
+        C(set_version) and C(text).
       type: dict
     nouveau:
       description: C(blacklist_path), C(content) and C(initramfs_command) (null when the image has no initramfs tool).
@@ -320,6 +349,7 @@ plan:
       type: str
 """
 
+import functools
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -331,7 +361,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.toolkit_plan import
 
 DRIVER_KEYS = ("branch", "default_branch", "flavour", "install_without_gpu", "allow_upgrade", "source", "packages",
                "ubuntu_modules", "debian_mirror", "debian_suites", "debian_signed_by", "repo_base", "repo_url",
-               "repo_key_url", "offline_dir", "kernel_headers", "secure_boot_check")
+               "repo_key_url", "offline_dir", "kernel_headers", "secure_boot_check", "secure_boot_strategy",
+               "signing_key_given")
 TOOLKIT_KEYS = ("version", "allow_upgrade", "source", "repo_base", "repo_url", "repo_key_url", "channel",
                 "gpgcheck", "repo_gpgcheck", "offline_dir")
 
@@ -360,6 +391,8 @@ ARGUMENT_SPEC = dict(
     offline_dir=dict(type="path"),
     kernel_headers=dict(type="bool", default=True),
     secure_boot_check=dict(type="bool", default=True),
+    secure_boot_strategy=dict(type="str", default="auto", choices=["auto", "precompiled", "dkms_sign", "refuse"]),
+    signing_key_given=dict(type="bool", default=False),
     running_kernel=dict(type="str"),
     architecture=dict(type="str"),
     secure_boot=dict(type="bool"),
@@ -376,7 +409,8 @@ def main():
     root = params["root"]
     if not os.path.isdir(root):
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
-    node = Node(root, run_command if os.path.realpath(root) == "/" else None)
+    # apt's simulations (the drift preflight, the precompiled check) take seconds on a busy node.
+    node = Node(root, functools.partial(run_command, timeout=120) if os.path.realpath(root) == "/" else None)
     env = {"running_kernel": params["running_kernel"] or os.uname()[2],
            "arch": params["architecture"] or os.uname()[4],
            "secure_boot": None if params["secure_boot"] is None else {

@@ -97,8 +97,9 @@ class PlayResult(object):
 class NodeContainer(object):
     """One throw-away node: start(), serve_repo(), play(...), close()."""
 
-    def __init__(self, prefix="gpunode-nvtest"):
+    def __init__(self, prefix="gpunode-nvtest", image=IMAGE):
         self.name = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+        self.image = image
         self.url = None
         self._workdir = tempfile.mkdtemp(prefix="gpunode-nvnode-")
 
@@ -108,7 +109,7 @@ class NodeContainer(object):
                 "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"]
         for cap in CAPABILITIES:
             argv += ["--cap-add", cap]
-        subprocess.run(argv + [IMAGE, "/sbin/init"], check=True, stdout=subprocess.PIPE, timeout=120)
+        subprocess.run(argv + [self.image, "/sbin/init"], check=True, stdout=subprocess.PIPE, timeout=120)
         deadline = time.time() + timeout
         state = ""
         while time.time() < deadline:  # until systemd answers on its bus, then until it settles
@@ -136,7 +137,8 @@ class NodeContainer(object):
         found = {}
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) >= 3 and parts[2].startswith("ii") and re.search(pattern, parts[0]):
+            # "ii" installed, "hi" installed and held (the driver's locked version set)
+            if len(parts) >= 3 and parts[2][:2] in ("ii", "hi") and re.search(pattern, parts[0]):
                 found[parts[0]] = parts[1]
         return found
 

@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Secure Boot and the NVIDIA kernel module: which strategy signs it, and whether it is signed.
+
+With Secure Boot on, the kernel loads only modules signed by a key it trusts (the firmware's
+``db`` or an enrolled Machine Owner Key). The driver role chooses one strategy:
+
+* ``precompiled``: the distribution's signed module packages (Ubuntu's
+  ``linux-modules-nvidia-BRANCH-server[-open]-KERNEL``), for the running kernel and for the
+  kernel an upgrade would install; refused, naming the package, when the archive lacks one;
+* ``dkms_sign``: DKMS builds the module and signs it with the organisation's key
+  (``mok_signing_key`` / ``mok_certificate`` in ``/etc/dkms/framework.conf.d/``); the
+  certificate is enrolled, or queued with ``mokutil --import`` (enrollment pending);
+* ``refuse``: stop before installing a module the kernel would refuse.
+
+The Secure Boot state itself is read by ``node_os.secure_boot`` (EFI variables, then
+``mokutil --sb-state``). Everything here reads through a ``Node`` (root prefix for test
+trees) or parses command output: the role runs the commands.
+
+Runs on managed nodes: standard library only.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import gzip
+import re
+
+try:
+    import lzma
+except ImportError:  # Python 2.7 nodes: .xz modules are reported as unknown
+    lzma = None
+
+STRATEGIES = ("auto", "precompiled", "dkms_sign", "refuse")
+SIGNING_DIR = "/var/lib/gpunode/secure-boot"
+SIGNING_KEY = SIGNING_DIR + "/signing.key"
+SIGNING_CERT_PEM = SIGNING_DIR + "/signing.pem"
+SIGNING_CERT = SIGNING_DIR + "/signing.der"
+DKMS_SIGNING_CONF = "/etc/dkms/framework.conf.d/gpunode-signing.conf"
+# shim's MokNew variable holds the keys `mokutil --import` queued for MokManager at the next boot.
+MOK_GUID = "605dab50-e046-4300-abb6-3dd810dd8b23"
+MOK_NEW = "/sys/firmware/efi/efivars/MokNew-" + MOK_GUID
+MODULE_SIGNATURE = b"~Module signature appended~\n"
+# /proc/sys/kernel/tainted bit 13 ('E'): an unsigned module was loaded (only possible without enforcement).
+TAINT_UNSIGNED_MODULE = 1 << 13
+SIMULATED_KERNEL = re.compile(r"^Inst linux-image-(?:unsigned-)?(\d[^\s]*)\s", re.MULTILINE)
+
+
+def choose_strategy(requested, secure_boot_enabled, module_path, signing_key_given, dkms_key_enrolled=False):
+    """{'strategy', 'reason'}. ``auto``: nothing to sign with Secure Boot off; the distribution's signed
+    packages where the plan uses them (Ubuntu prebuilt); DKMS signing with the organisation's key when one
+    is given, or with DKMS's own key once it is enrolled; otherwise refuse."""
+    if requested != "auto":
+        return {"strategy": requested, "reason": "asked for (nvidia_driver_secure_boot_strategy)"}
+    if not secure_boot_enabled:
+        return {"strategy": "none", "reason": "Secure Boot is off: the kernel loads unsigned modules"}
+    if module_path == "prebuilt":
+        return {"strategy": "precompiled", "reason": "the distribution's signed module packages"}
+    if signing_key_given:
+        return {"strategy": "dkms_sign", "reason": "DKMS signs with the organisation's key"}
+    if dkms_key_enrolled:
+        return {"strategy": "dkms_sign", "reason": "DKMS signs with its own key, which is enrolled"}
+    return {"strategy": "refuse", "reason": "Secure Boot is on and no signing key is given"}
+
+
+def precompiled_packages(branch, flavour, kernels):
+    """Ubuntu's signed module package for each kernel release."""
+    suffix = "-server-open" if flavour == "open" else "-server"
+    return ["linux-modules-nvidia-%s%s-%s" % (branch, suffix, kernel) for kernel in kernels if kernel]
+
+
+def simulated_kernel(simulate_text):
+    """Kernel release that `apt-get -s install KERNEL-METAPACKAGE` would install, or None."""
+    found = SIMULATED_KERNEL.findall(simulate_text or "")
+    return found[-1] if found else None
+
+
+def missing_precompiled_message(missing, kernels):
+    return ("Secure Boot strategy precompiled: the archive has no signed NVIDIA module package %s (kernel%s %s). "
+            "Nothing was installed and the kernel is left as it is. Wait until the archive publishes it, hold the "
+            "kernel (nvidia_driver_kernel_hold: hold), or sign DKMS-built modules with your organisation's key "
+            "(nvidia_driver_secure_boot_strategy: dkms_sign, see docs/secure-boot.md)." % (
+                ", ".join(missing), "s" if len(kernels) > 1 else "", ", ".join(kernels)))
+
+
+def dkms_signing_conf():
+    """DKMS (3.0+) configuration that makes it sign every module it builds with the organisation's key."""
+    return ("# Managed by gpunode.nvidia (nvidia_driver): DKMS signs the modules it builds with the\n"
+            "# organisation's key, whose certificate is enrolled (MOK or the firmware's db).\n"
+            'mok_signing_key="%s"\nmok_certificate="%s"\n' % (SIGNING_KEY, SIGNING_CERT))
+
+
+def enrollment_state(test_key_text):
+    """'enrolled', 'pending' (queued for MokManager) or 'not_enrolled' from `mokutil --test-key CERT`."""
+    text = test_key_text or ""
+    if "already enrolled" in text:
+        return "enrolled"
+    if "enrollment request" in text:
+        return "pending"
+    return "not_enrolled"
+
+
+def enrollment_pending(node):
+    """Whether keys wait for confirmation in MokManager at the next boot (shim's MokNew variable)."""
+    return node.isfile(MOK_NEW)
+
+
+def loaded_module_signature(signer_text, tainted_text):
+    """{'signed', 'signer', 'unsigned_loaded'} from `modinfo -F signer nvidia` and /proc/sys/kernel/tainted."""
+    signer = (signer_text or "").strip() or None
+    try:
+        tainted = int((tainted_text or "0").strip() or 0)
+    except ValueError:
+        tainted = 0
+    unsigned_loaded = bool(tainted & TAINT_UNSIGNED_MODULE)
+    return {"signed": bool(signer) and not unsigned_loaded, "signer": signer, "unsigned_loaded": unsigned_loaded}
+
+
+def module_file_signed(local_path):
+    """Whether a module file carries an appended signature (plain, .xz or .gz); None when unreadable."""
+    try:
+        if local_path.endswith(".xz"):
+            if lzma is None:
+                return None
+            with lzma.open(local_path) as handle:
+                data = handle.read()
+        elif local_path.endswith(".gz"):
+            with gzip.open(local_path) as handle:
+                data = handle.read()
+        else:
+            with open(local_path, "rb") as handle:
+                handle.seek(0, 2)
+                handle.seek(max(0, handle.tell() - len(MODULE_SIGNATURE)))
+                data = handle.read()
+    except Exception:  # unreadable or corrupt module: unknown, never a failed plan or rule
+        return None
+    return data.endswith(MODULE_SIGNATURE)
