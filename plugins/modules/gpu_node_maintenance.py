@@ -180,7 +180,7 @@ validated:
   returned: step is validate
   type: bool
 pod:
-  description: The vector-add pod's result, as one entry of M(gpunode.nvidia.gpu_cluster_check)'s RV(nodes).
+  description: The vector-add pod's result, as one entry of the C(nodes) that M(gpunode.nvidia.gpu_cluster_check) returns.
   returned: step is validate
   type: dict
 would:
