@@ -28,6 +28,11 @@ import time
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 
 ApiException = cv.ApiException
+try:
+    from urllib3.exceptions import HTTPError as TransportError  # the kubernetes client's transport
+except ImportError:  # without the kubernetes client the action stops before any request
+    class TransportError(Exception):
+        """Never raised: keeps the except clauses valid without urllib3."""
 
 STEPS = ("cordon", "wait_for_jobs", "evict_gpu_pods", "drain", "pause_gpu_operands", "resume_gpu_operands",
          "validate", "uncordon")
