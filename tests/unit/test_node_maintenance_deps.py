@@ -6,9 +6,8 @@ def test_node_maintenance_without_kubernetes_names_the_package_and_pip_line(tmp_
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     results = run_play(tmp_path, without("kubernetes"), [
-        {"name": "cordon", "gpunode.nvidia.gpu_node_maintenance": {"kubeconfig": str(kubeconfig), "node": "gpu-1",
-                                                                    "step": "cordon"},
-         "ignore_errors": True},
+        {"name": "cordon", "ignore_errors": True,
+         "gpunode.nvidia.gpu_node_maintenance": {"kubeconfig": str(kubeconfig), "node": "gpu-1", "step": "cordon"}},
         {"name": "after", "ansible.builtin.debug": {"msg": "still runs"}},
     ])
     assert results["cordon"]["failed"] is True
@@ -24,9 +23,8 @@ def test_an_unreachable_api_is_a_clear_failure(tmp_path):
                           '"contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}]}')
     (tmp_path / "empty").mkdir()
     results = run_play(tmp_path, str(tmp_path / "empty"), [
-        {"name": "cordon", "gpunode.nvidia.gpu_node_maintenance": {"kubeconfig": str(kubeconfig), "node": "gpu-1",
-                                                                    "step": "cordon"},
-         "ignore_errors": True}])
+        {"name": "cordon", "ignore_errors": True,
+         "gpunode.nvidia.gpu_node_maintenance": {"kubeconfig": str(kubeconfig), "node": "gpu-1", "step": "cordon"}}])
     assert results["cordon"]["msg"] == (
         "step cordon on node gpu-1: cannot reach the Kubernetes API of kubeconfig %s (MaxRetryError); the step "
         "stopped there. Check the server address and that it answers from the controller, then run it again"
