@@ -26,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
 import yaml
@@ -96,7 +97,8 @@ def _resource(resource, strategy, where):
 
 def dump(rendered):
     """YAML text laid out as the device plugin's README writes its examples."""
-    return yaml.safe_dump(rendered, sort_keys=False, default_flow_style=False)
+    plain = json.loads(json.dumps(rendered))  # Ansible's string subclasses are not plain YAML strings
+    return yaml.safe_dump(plain, sort_keys=False, default_flow_style=False)
 
 
 def configmap(configs, name, namespace):
