@@ -20,7 +20,7 @@ description:
   - C(nvidia-mig-parted assert) decides whether anything changes; in check mode that is all that runs.
   - With O(state=applied) and a change, writes mig-parted's config to O(config_path), runs
     C(nvidia-mig-parted apply --mode-only --skip-reset), resets (C(nvidia-smi -r)) only the GPUs whose MIG mode
-    changes, applies the MIG devices and asserts again. The module does not stop GPU clients, cordon or drain:
+    changes, applies the MIG devices and asserts again. The module does not stop GPU clients, cordon or drain;
     role C(gpunode.nvidia.gpu_partitioning) does that around it with role C(gpunode.nvidia.gpu_maintenance).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)

@@ -64,7 +64,7 @@ options:
     type: str
     default: nvidia-device-plugin
   physical:
-    description: Unshared resource counts of the node (e.g. C({"nvidia.com/gpu": 8})), for RV(expected_allocatable).
+    description: Unshared resource counts of the node (resource name to count), for RV(expected_allocatable).
     type: dict
     default: {}
   timeout:
