@@ -23,12 +23,13 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import Valid
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+DEVICE_PLUGIN_DEPLOY = "nvidia.com/gpu.deploy.device-plugin"
 OPERATOR_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 ARGUMENT_SPEC = dict(
     kubeconfig=dict(type="path"),
     context=dict(type="str"),
     node=dict(type="str", required=True),
-    step=dict(type="str", required=True, choices=["detect_operator", "mig_config", "sharing"]),
+    step=dict(type="str", required=True, choices=["detect_operator", "mig_config", "sharing", "dra"]),
     mig_config=dict(type="str"),
     sharing_configs=dict(type="dict", default={}),
     sharing_config=dict(type="str"),
@@ -56,7 +57,7 @@ class ActionModule(ValidatedAction):
             return dict(result, failed=True, msg="cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)",
                                                                                    exc))
         step = {"detect_operator": self._detect_operator, "mig_config": self._mig_config,
-                "sharing": self._sharing}[args["step"]]
+                "sharing": self._sharing, "dra": self._dra}[args["step"]]
         try:
             result.update(step(cv.k8s.CoreV1Api(api), args))
         except (dpc.SharingError, cv.VerifyError) as exc:
@@ -138,3 +139,20 @@ class ActionModule(ValidatedAction):
             # Keys other tools put into the ConfigMap stay; ours are replaced.
             core.patch_namespaced_config_map(name, namespace, {"data": wanted["data"]})
         return True
+
+    def _dra(self, core, args):
+        """The DRA driver hands out this node's GPUs: the device plugin must not advertise them too."""
+        name = args["node"]
+        node = core.read_node(name)
+        labels = node.metadata.labels or {}
+        if any(k.startswith(OPERATOR_LABEL_PREFIX) for k in labels):
+            changed = self._set_label(core, name, DEVICE_PLUGIN_DEPLOY, "false")
+            return {"changed": changed, "msg": "The GPU operator's device plugin is kept off %s (%s=false)." % (
+                name, DEVICE_PLUGIN_DEPLOY)}
+        advertised = int((node.status.allocatable or {}).get(cv.GPU_RESOURCE, "0") or 0)
+        if advertised:
+            raise cv.VerifyError(
+                "The device plugin advertises %d %s on node %s: with the DRA driver's GPU plugin the same GPUs "
+                "would be handed out twice. Keep the device plugin off DRA nodes (its chart's nodeSelector or "
+                "affinity) and run again." % (advertised, cv.GPU_RESOURCE, name))
+        return {"changed": False, "msg": "No device plugin advertises GPUs on %s." % name}

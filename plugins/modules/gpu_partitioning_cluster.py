@@ -25,6 +25,9 @@ description:
   - O(step=sharing) renders every config of O(sharing_configs) in the device plugin's format into the ConfigMap
     O(configmap) (keys of other configs in it stay), sets the node label C(nvidia.com/device-plugin.config) to
     O(sharing_config), and returns the allocatable the plugin advertises once it serves that config.
+  - O(step=dra) keeps the device plugin from advertising the GPUs the DRA driver hands out. Where the GPU operator
+    manages the node, it sets C(nvidia.com/gpu.deploy.device-plugin=false); elsewhere a node that still advertises
+    C(nvidia.com/gpu) fails the task.
   - Check mode reads only and says what would change.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
@@ -43,7 +46,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [detect_operator, mig_config, sharing]
+    choices: [detect_operator, mig_config, sharing, dra]
   mig_config:
     description: Name of the layout in the GPU operator's MIG manager config, for O(step=mig_config).
     type: str

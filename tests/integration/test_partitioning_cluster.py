@@ -71,3 +71,14 @@ def test_operator_mig_manager_label_and_state(api):
     assert failed["failed"] is True
     assert failed["msg"].startswith("The GPU operator's MIG manager did not apply all-1g.10gb on node gpu-1: "
                                     "nvidia.com/mig.config.state=failed after it failed.")
+
+
+def test_dra_node_is_not_double_advertised(api):
+    failed = step(api, "dra")
+    assert failed["failed"] is True
+    assert failed["msg"].startswith("The device plugin advertises 8 nvidia.com/gpu on node gpu-1: with the DRA "
+                                    "driver's GPU plugin the same GPUs would be handed out twice.")
+    api.add_operands("gpu-1", ("device-plugin",))
+    labelled = step(api, "dra")
+    assert labelled["changed"] is True, labelled.get("msg")
+    assert api.node("gpu-1")["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "false"
