@@ -52,6 +52,15 @@ options:
     type: str
     choices: [mixed, single]
     default: mixed
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Only C(nvidia-smi) queries and C(nvidia-mig-parted assert) run.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+    details: The diff is mig-parted's config file at O(config_path), the record of the applied layout.
 """
 
 EXAMPLES = r"""
@@ -133,12 +142,13 @@ def temporary_config(text):
         os.unlink(path)
 
 
-def config_differs(path, text):
+def recorded_text(path):
+    """The layout file as the last run wrote it ('' when there is none)."""
     try:
         with open(path) as handle:
-            return handle.read() != text
+            return handle.read()
     except (IOError, OSError):
-        return True
+        return ""
 
 
 def run(module):
@@ -162,14 +172,17 @@ def run(module):
     result = {"would_change": would_change, "mode_changes": changes, "reset": [], "gpus": gpus, "layout": layout,
               "expected_allocatable": mig_layout.expected_allocatable(layout, gpus, module.params["mig_strategy"]),
               "changed": False}
+    recorded = recorded_text(path)
+    if module._diff and recorded != text:
+        result["diff"] = {"before": recorded, "after": text, "before_header": path, "after_header": path}
     if module.params["state"] == "planned" or module.check_mode:
         result["changed"] = module.check_mode and module.params["state"] == "applied" and (
-            would_change or config_differs(path, text))
+            would_change or recorded != text)
         result["msg"] = summary(name, result, planned=True)
         return result
-    result["reset"] = changes if would_change else []
+    result["reset"] = changes
     result["changed"] = would_change
-    if config_differs(path, text):
+    if recorded != text:
         filewrite.atomic_write(module, path, text.encode("utf-8"), mode=0o644)
         result["changed"] = True
     result["msg"] = summary(name, result, planned=False)
