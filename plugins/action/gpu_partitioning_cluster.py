@@ -54,8 +54,8 @@ class ActionModule(ValidatedAction):
         try:
             api = cv.connect(args["kubeconfig"], args["context"], pool_size=4)
         except Exception as exc:  # the client raises several types for a bad kubeconfig
-            return dict(result, failed=True, msg="cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)",
-                                                                                   exc))
+            where = args["kubeconfig"] or "(default)"
+            return dict(result, failed=True, msg="cannot load kubeconfig %s: %s" % (where, exc))
         step = {"detect_operator": self._detect_operator, "mig_config": self._mig_config,
                 "sharing": self._sharing, "dra": self._dra}[args["step"]]
         try:

@@ -45,8 +45,7 @@ def check_mig_pending(rule, ctx):
     names = ", ".join("GPU %d (%s)" % (g["index"], g["name"]) for g in pending)
     return [finding(rule, "The MIG mode of %s waits for a GPU reset: until then the GPU runs in its old mode and a "
                     "MIG layout cannot be applied." % names,
-                    [smi_evidence("GPU %d: mig.mode.current %s, mig.mode.pending %s" % (g["index"], g["mig_current"],
-                                                                                       g["mig_pending"]))
+                    [smi_evidence("GPU %(index)d: mig.mode.current %(mig_current)s, mig.mode.pending %(mig_pending)s" % g)
                      for g in pending],
                     site_fix("Rerun the partitioning stage: it stops the GPU clients, unloads nvidia_drm and resets "
                              "only these GPUs (or reboot the node).", PARTITIONING_VARS))]

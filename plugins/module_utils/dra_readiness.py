@@ -70,10 +70,10 @@ def kubernetes_problem(version, kubelet, read):
         if GATE_ON.search(read(path) or "") or GATE_ON.search(flags):
             return None
         return ("Kubernetes %s runs DRA only with the feature gate %s=true (stable from %s): set %s in %s and "
-                "restart kubelet (the API server and scheduler need the gate too)." % (version, GATE, KUBERNETES_STABLE,
-                                                                                      line, path))
-    return "Kubernetes %s has no usable DRA: 1.34.2 or newer (or 1.32/1.33 with the %s gate) is needed." % (version,
-                                                                                                         GATE)
+                "restart kubelet (the API server and scheduler need the gate too)."
+                % (version, GATE, KUBERNETES_STABLE, line, path))
+    return ("Kubernetes %s has no usable DRA: 1.34.2 or newer (or 1.32/1.33 with the %s gate) is needed."
+            % (version, GATE))
 
 
 def driver_problem(version, compute_domains):

@@ -153,7 +153,7 @@ def recorded_text(path):
 
 def run(module):
     found = tools(module)
-    node = mig_layout.MigNode(lambda argv: module.run_command(argv), found["nvidia-smi"], found["nvidia-mig-parted"])
+    node = mig_layout.MigNode(module.run_command, found["nvidia-smi"], found["nvidia-mig-parted"])
     name, path = module.params["name"], module.params["config_path"]
     gpus = node.gpus()
     if not gpus:

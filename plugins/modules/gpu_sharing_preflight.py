@@ -59,7 +59,7 @@ def run(module):
         fail(module, "nvidia-smi is not installed on this node: the driver stage installs it; run it first.")
     strategy = module.params["strategy"]
     try:
-        gpus = mig_layout.MigNode(lambda argv: module.run_command(argv), smi).gpus()
+        gpus = mig_layout.MigNode(module.run_command, smi).gpus()
     except mig_layout.LayoutError as error:
         fail(module, str(error))
     if not gpus:

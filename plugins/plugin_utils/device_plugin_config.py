@@ -90,8 +90,8 @@ def _resource(resource, strategy, where):
     if strategy == "mps" and name != "nvidia.com/gpu":
         raise SharingError("%s: MPS shares full GPUs only (nvidia.com/gpu), not %s" % (where, name))
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 2:
-        raise SharingError("%s: replicas of %s must be a whole number of at least 2, got %r" % (where, name,
-                                                                                             replicas))
+        raise SharingError("%s: replicas of %s must be a whole number of at least 2, got %r"
+                           % (where, name, replicas))
     return {"name": name, "replicas": replicas}
 
 

@@ -99,9 +99,9 @@ def test_lgip_of_the_standin_is_parsed(standin):
     standin.init("B200")
     standin(["nvidia-smi", "-mig", "1"])
     standin(["nvidia-smi", "-r"])
-    rc, out, _ = standin(["nvidia-smi", "mig", "-lgip"])
-    assert rc == 0
-    assert mig_layout.parse_lgip(out)[0] == mig_layout.KNOWN_PROFILES["NVIDIA B200"]
+    listed = standin(["nvidia-smi", "mig", "-lgip"])
+    assert listed[0] == 0
+    assert mig_layout.parse_lgip(listed[1])[0] == mig_layout.KNOWN_PROFILES["NVIDIA B200"]
 
 
 def test_expected_allocatable_per_strategy():
