@@ -55,6 +55,11 @@ class ActionModule(ValidatedAction):
         except cv.ApiException as exc:
             result.update(failed=True, changed=False, msg="step %s on node %s: the Kubernetes API answered %s" % (
                 args["step"], args["node"], cv.api_message(exc)))
+        except nm.TransportError as exc:
+            result.update(failed=True, changed=False, msg=(
+                "step %s on node %s: cannot reach the Kubernetes API of kubeconfig %s (%s); the step stopped there. "
+                "Check the server address and that it answers from the controller, then run it again" % (
+                    args["step"], args["node"], args["kubeconfig"] or "(default)", exc.__class__.__name__)))
         return result
 
     def _step(self, args):

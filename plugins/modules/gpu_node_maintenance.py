@@ -73,8 +73,8 @@ options:
     default: 5.0
   expected_allocatable:
     description:
-      - For V(validate), resource name to the least allocatable count, e.g. C({"nvidia.com/mig-1g.10gb": 7}).
-        Default C({"nvidia.com/gpu": 1}).
+      - "For V(validate), resource name to the least allocatable count, for example C(nvidia.com/mig-1g.10gb: 7).
+        Default C(nvidia.com/gpu: 1)."
     type: dict
   validate_pod:
     description: For V(validate), also run a CUDA vector-add pod pinned to the node.
@@ -180,7 +180,7 @@ validated:
   returned: step is validate
   type: bool
 pod:
-  description: The vector-add pod's result, as one entry of M(gpunode.nvidia.gpu_cluster_check)'s RV(nodes).
+  description: The vector-add pod's result, as one entry of the C(nodes) that M(gpunode.nvidia.gpu_cluster_check) returns.
   returned: step is validate
   type: dict
 would:

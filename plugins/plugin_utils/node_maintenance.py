@@ -28,6 +28,11 @@ import time
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 
 ApiException = cv.ApiException
+try:
+    from urllib3.exceptions import HTTPError as TransportError  # the kubernetes client's transport
+except ImportError:  # without the kubernetes client the action stops before any request
+    class TransportError(Exception):
+        """Never raised: keeps the except clauses valid without urllib3."""
 
 STEPS = ("cordon", "wait_for_jobs", "evict_gpu_pods", "drain", "pause_gpu_operands", "resume_gpu_operands",
          "validate", "uncordon")
@@ -272,6 +277,14 @@ class NodeMaintenance:
                                                        label_selector=label_selector or None)
         return [self._json(pod) for pod in listed.items]
 
+    def state_note(self):
+        """How a failed step leaves the node, as read now (a message claims no cordon that is not there)."""
+        try:
+            cordoned = bool(self.read_node().get("spec", {}).get("unschedulable"))
+        except (ApiException, MaintenanceError, TransportError):
+            return "the node's state could not be read again"
+        return "the node stays cordoned" if cordoned else "the node is not cordoned"
+
     def budgets(self):
         return [self._json(b) for b in self.policy.list_pod_disruption_budget_for_all_namespaces().items]
 
@@ -329,8 +342,8 @@ class NodeMaintenance:
             if self.clock() >= deadline:
                 raise MaintenanceError(
                     "pods matching %r still run on node %s after %ss: %s. Wait for them to finish, stop them, or "
-                    "raise the timeout; the node stays cordoned" % (selector, self.node, self.timeout,
-                                                                    ", ".join(running)))
+                    "raise the timeout; %s" % (selector, self.node, self.timeout, ", ".join(running),
+                                               self.state_note()))
             self.sleep(self.retry_interval)
         result = dict(changed=False, waited_for=running, msg="no pod matching %r runs on node %s" % (selector, self.node))
         if self.check_mode:
@@ -386,11 +399,12 @@ class NodeMaintenance:
         if blocked_by:
             return ("cannot evict %s from node %s within %ss: %s. Cannot evict pod as it would violate the pod's "
                     "disruption budget: free the budget (scale the workload up or relax the budget), move the pod "
-                    "yourself, or raise the timeout; the node stays cordoned" % (
+                    "yourself, or raise the timeout; %s" % (
                         ", ".join(sorted(blocked_by)), self.node, self.timeout,
-                        "; ".join("%s is held by PodDisruptionBudget %s" % item for item in sorted(blocked_by.items()))))
-        return ("evicted pods still terminating on node %s after %ss: %s; the node stays cordoned"
-                % (self.node, self.timeout, ", ".join(pod_key(p) for p in moving)))
+                        "; ".join("%s is held by PodDisruptionBudget %s" % item for item in sorted(blocked_by.items())),
+                        self.state_note()))
+        return ("evicted pods still terminating on node %s after %ss: %s; %s"
+                % (self.node, self.timeout, ", ".join(pod_key(p) for p in moving), self.state_note()))
 
     def _eviction_plan(self, drain, what):
         budgets = self.budgets()
@@ -431,9 +445,9 @@ class NodeMaintenance:
                 return
             if self.clock() >= deadline:
                 raise MaintenanceError("GPU operator pods still on node %s %ss after their %s labels were set to "
-                                       "false: %s. Check the operator's DaemonSets (%s); the node stays cordoned"
+                                       "false: %s. Check the operator's DaemonSets (%s); %s"
                                        % (self.node, self.timeout, OPERAND_LABEL_PREFIX + "*", ", ".join(left),
-                                          selector))
+                                          selector, self.state_note()))
             self.sleep(self.retry_interval)
 
     def resume_operands(self):
@@ -455,8 +469,8 @@ class NodeMaintenance:
                 break
             if self.clock() >= deadline:
                 raise MaintenanceError("node %s is not ready for GPU work %ss after maintenance: %s. Look at the "
-                                       "device plugin's pod and the kubelet on the node; the node stays cordoned"
-                                       % (self.node, self.timeout, "; ".join(gaps)))
+                                       "device plugin's pod and the kubelet on the node; %s"
+                                       % (self.node, self.timeout, "; ".join(gaps), self.state_note()))
             self.sleep(self.retry_interval)
         result = dict(changed=False, validated=not self.check_mode, pod=None,
                       msg="node %s is Ready with %s" % (self.node, ", ".join(
@@ -469,7 +483,7 @@ class NodeMaintenance:
             outcome = verifier.verify_node({"name": self.node})
             result["pod"] = outcome
             if not outcome["passed"]:
-                raise MaintenanceError("the GPU pod on node %s did not pass: %s; the node stays cordoned" % (
-                    self.node, outcome["message"] or outcome["result"]))
+                raise MaintenanceError("the GPU pod on node %s did not pass: %s; %s" % (
+                    self.node, outcome["message"] or outcome["result"], self.state_note()))
             result["msg"] += "; a GPU pod passed"
         return result

@@ -129,7 +129,7 @@ def test_wait_for_jobs_times_out_naming_the_pods(api):
     result = step(api, "wait_for_jobs", job_selector="app=batch", timeout=1)
     assert result["failed"] is True
     assert result["msg"] == ("pods matching 'app=batch' still run on node gpu-1 after 1s: ml/job-1. Wait for them to "
-                             "finish, stop them, or raise the timeout; the node stays cordoned")
+                             "finish, stop them, or raise the timeout; the node is not cordoned")
 
 
 def test_validate_waits_for_allocatable_and_runs_the_pod_on_the_cordoned_node(api):
