@@ -23,6 +23,7 @@ Kubernetes REST API that the project's cluster code uses, through the official
     GET    /api/v1/namespaces/{ns}/pods/{name}/log       (text/plain)
     GET    /api/v1/namespaces/{ns}/events[?fieldSelector=involvedObject.name=X]
     GET    /api/v1/events  (all namespaces)
+    GET, POST /api/v1/namespaces/{ns}/configmaps      GET, PATCH .../configmaps/{name}  (merge of data)
 
 Pods are not run: a pod's status is computed from its age and the scripted
 behaviour of the node it is pinned to (`spec.nodeName`, or `spec.nodeSelector`
@@ -57,6 +58,9 @@ Scenario API (for any test, cluster verification or diagnosis):
                                                    # the node's nvidia.com/gpu.deploy.<operand> labels
         api.set_ready("gpu-2", False); api.set_allocatable("gpu-1", "nvidia.com/gpu", 0); api.node("gpu-1")
         api.eviction_grace = 0.5                   # evicted pods stay terminating this long
+        api.mig_manager("gpu-1", "success")        # as the GPU operator's MIG manager: a new nvidia.com/mig.config
+                                                   # label is answered with nvidia.com/mig.config.state=success
+                                                   # (or "failed"); api.configmaps[(ns, name)] holds ConfigMaps
         ...
         api.pods_created, api.created_pod_bodies, api.pods_deleted, api.peak_pods,
         api.evictions, api.evictions_refused, api.leases,
@@ -332,6 +336,8 @@ class KubeApiStandin:
         self.leases = {}        # (namespace, name) -> Lease body
         self.operands = {}      # node name -> {operand: namespace} of seeded operator DaemonSet pods
         self.unavailable_timeline = []  # (monotonic time, GPU nodes unschedulable or NotReady)
+        self.configmaps = {}    # (namespace, name) -> ConfigMap body
+        self.mig_managers = {}  # node name -> the state the MIG manager reports for a new nvidia.com/mig.config
         self.peak_unavailable = 0
         self.lock = threading.RLock()
         self.server = None
@@ -479,12 +485,23 @@ class KubeApiStandin:
         self._node_changed(node)
         return node.to_api()
 
+    def mig_manager(self, node, outcome="success"):
+        self.mig_managers[node] = outcome
+
     def _node_changed(self, node):
         node.resource_version = self.next_revision()
         self._reconcile_operands(node)
+        self._reconcile_mig_config(node)
         unavailable = sum(1 for n in self.nodes.values() if n.is_gpu and n.unavailable)
         self.unavailable_timeline.append((time.monotonic(), unavailable))
         self.peak_unavailable = max(self.peak_unavailable, unavailable)
+
+    def _reconcile_mig_config(self, node):
+        """As the operator's MIG manager: a node whose nvidia.com/mig.config changed reports the outcome."""
+        outcome = self.mig_managers.get(node.name)
+        wanted = node.labels.get("nvidia.com/mig.config")
+        if outcome and wanted and node.labels.get("nvidia.com/mig.config.applied") != wanted:
+            node.labels.update({"nvidia.com/mig.config.state": outcome, "nvidia.com/mig.config.applied": wanted})
 
     def _reconcile_operands(self, node):
         """As the operator's DaemonSets do: a pod where the deploy label is "true", none elsewhere."""
@@ -924,6 +941,42 @@ class _Handler(BaseHTTPRequestHandler):
         self.api.leases[(ns, name)] = body
         return copy.deepcopy(body)
 
+    def list_configmaps(self, query, body, ns):
+        with self.api.lock:
+            items = [copy.deepcopy(v) for (cm_ns, _n), v in self.api.configmaps.items() if cm_ns == ns]
+        self._send(200, _list("ConfigMapList", items))
+
+    def create_configmap(self, query, body, ns):
+        name = (body.get("metadata") or {}).get("name")
+        with self.api.lock:
+            if (ns, name) in self.api.configmaps:
+                return self._send(409, dict(_status_body(409, "AlreadyExists", 'configmaps "%s" already exists' % name),
+                                            details={"name": name, "kind": "configmaps"}))
+            self._send(201, self._store_configmap(ns, name, body))
+
+    def get_configmap(self, query, body, ns, name):
+        with self.api.lock:
+            found = copy.deepcopy(self.api.configmaps.get((ns, name)))
+        if found is None:
+            return self._not_found("configmaps", name)
+        self._send(200, found)
+
+    def patch_configmap(self, query, body, ns, name):
+        content_type = self.headers.get("Content-Type")
+        with self.api.lock:
+            current = self.api.configmaps.get((ns, name))
+            if current is None:
+                return self._not_found("configmaps", name)
+            self._send(200, self._store_configmap(ns, name, _apply_patch(content_type, copy.deepcopy(current), body)))
+
+    def _store_configmap(self, ns, name, body):
+        body = copy.deepcopy(body)
+        body.update({"apiVersion": "v1", "kind": "ConfigMap"})
+        body.setdefault("metadata", {}).update({"name": name, "namespace": ns,
+                                                "resourceVersion": str(self.api.next_revision())})
+        self.api.configmaps[(ns, name)] = body
+        return copy.deepcopy(body)
+
     def get_lease(self, query, body, ns, name):
         with self.api.lock:
             found = copy.deepcopy(self.api.leases.get((ns, name)))
@@ -1071,6 +1124,10 @@ ROUTES = (
     (_LEASES + r"/(?P<name>[^/]+)", ("PATCH", _Handler.patch_lease)),
     (_LEASES + r"/(?P<name>[^/]+)", ("DELETE", _Handler.delete_lease)),
     (r"/api/v1/events", ("GET", _Handler.list_events)),
+    (_NS + r"/configmaps", ("GET", _Handler.list_configmaps)),
+    (_NS + r"/configmaps", ("POST", _Handler.create_configmap)),
+    (_NS + r"/configmaps/(?P<name>[^/]+)", ("GET", _Handler.get_configmap)),
+    (_NS + r"/configmaps/(?P<name>[^/]+)", ("PATCH", _Handler.patch_configmap)),
     (_NS + r"/events", ("GET", _Handler.list_events)),
 )
 
