@@ -14,6 +14,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect
+from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
@@ -26,6 +27,7 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=list(ro.ALL_STATES)),
     current=dict(type="dict", default={}),
     target=dict(type="dict", default={}),
+    minimum=dict(type="bool", default=False),
     retry_failed=dict(type="bool", default=False),
     job_selector=dict(type="str"),
     drain=dict(type="bool", default=False),
@@ -53,12 +55,13 @@ class ActionModule(ValidatedAction):
 
     def _read(self, api, args):
         view = ro.node_view(api.node(args["node"]))
-        changes = ro.needs(args["current"], args["target"])
+        target = resolve_target(args["current"], args["target"], args["minimum"])
+        changes = ro.needs(args["current"], target)
         managed = view["labels"].get(ro.OPERATOR_DRIVER_LABEL) == "true" and "driver" in changes
         decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"])
         steps = ro.steps_from(decision["start"], args["job_selector"], args["drain"]) if decision["start"] else []
         report = dict(changed=False, state=view["state"], skip=view["skip"], unschedulable=view["unschedulable"],
-                      ready=view["ready"], changes=changes, light=ro.light_path(changes), decision=decision,
+                      ready=view["ready"], changes=changes, target=target, light=ro.light_path(changes), decision=decision,
                       steps=steps, operator_managed=managed, msg="%s: %s" % (args["node"], decision["reason"]))
         if args["op"] == "plan":
             waits = api.pdb_waits(args["node"]) if decision["action"] == "upgrade" else {}
@@ -81,3 +84,17 @@ class ActionModule(ValidatedAction):
         api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
         return dict(changed=True, state=args["state"], msg="%s: %s -> %s" % (args["node"], current or "(none)",
                                                                               args["state"]))
+
+
+def resolve_target(current, target, minimum):
+    """The versions this node moves to: the given target, or (minimum) the security minimum of what it runs.
+
+    Fabric manager follows the driver (it must be exactly the driver's version) on nodes that have it."""
+    resolved = dict((key, target.get(key) or "") for key in ("driver", "toolkit", "fabricmanager"))
+    if minimum:
+        for key, product in (("driver", sm.DRIVER), ("toolkit", sm.TOOLKIT)):
+            gap = sm.shortfall(product, current.get(key))
+            resolved[key] = gap["minimum"] if gap else ""
+    if current.get("fabricmanager") and not resolved["fabricmanager"]:
+        resolved["fabricmanager"] = resolved["driver"] or current.get("driver") or ""
+    return resolved

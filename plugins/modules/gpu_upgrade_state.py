@@ -61,6 +61,13 @@ options:
     description: The wanted versions, same keys; a key left out or empty is not changed by the rollout.
     type: dict
     default: {}
+  minimum:
+    description:
+      - The target is the security minimum instead of O(target) - the highest fixed version of the node's driver
+        branch, and of the toolkit, in the collection's table of NVIDIA security bulletins; a node at or above
+        both is at the target.
+    type: bool
+    default: false
   retry_failed:
     description: A C(upgrade-failed) node starts again from C(upgrade-required).
     type: bool
@@ -135,6 +142,10 @@ steps:
   returned: when O(op=read) or O(op=plan)
   type: list
   elements: str
+target:
+  description: The versions this node moves to (C(driver), C(toolkit), C(fabricmanager); empty - unchanged).
+  returned: when O(op=read) or O(op=plan)
+  type: dict
 changes:
   description: What differs from the target (V(driver), V(toolkit), V(fabricmanager)).
   returned: when O(op=read) or O(op=plan)
