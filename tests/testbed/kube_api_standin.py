@@ -6,9 +6,19 @@ Kubernetes REST API that the project's cluster code uses, through the official
 
     GET    /version
     GET    /api/v1/nodes[?labelSelector=k=v,k2]          GET /api/v1/nodes/{name}
+    PUT    /api/v1/nodes/{name}                          PATCH /api/v1/nodes/{name}
+           (strategic-merge, merge and JSON patch of metadata.labels, metadata.annotations and
+           spec.unschedulable; every change bumps metadata.resourceVersion; a body naming another
+           resourceVersion gets the real 409 Conflict)
     GET    /apis/node.k8s.io/v1/runtimeclasses[/{name}]  POST /apis/node.k8s.io/v1/runtimeclasses
-    GET    /api/v1/pods  (all namespaces)
+    GET    /api/v1/pods  (all namespaces)                [?fieldSelector=spec.nodeName=X,status.phase!=Y]
     GET    /api/v1/namespaces/{ns}/pods                  POST /api/v1/namespaces/{ns}/pods
+    POST   /api/v1/namespaces/{ns}/pods/{name}/eviction  (policy/v1 Eviction: PodDisruptionBudgets
+           decide; a refusal is the real 429 "Cannot evict pod as it would violate the pod's
+           disruption budget.")
+    GET    /apis/policy/v1[/namespaces/{ns}]/poddisruptionbudgets
+    GET, POST /apis/coordination.k8s.io/v1/namespaces/{ns}/leases
+    GET, PUT, PATCH, DELETE .../leases/{name}         (409 AlreadyExists / Conflict as the API server)
     GET    /api/v1/namespaces/{ns}/pods/{name}           DELETE /api/v1/namespaces/{ns}/pods/{name}
     GET    /api/v1/namespaces/{ns}/pods/{name}/log       (text/plain)
     GET    /api/v1/namespaces/{ns}/events[?fieldSelector=involvedObject.name=X]
@@ -41,8 +51,17 @@ Scenario API (for any test, cluster verification or diagnosis):
         api.add_pod("kube-system", {...})  # seed any object (e.g. a Pending device-plugin pod)
         api.add_event("kube-system", "pod-name", "Warning", "Reason", "message")
         ...
+        api.add_gpu_pod("ml", "train-1", "gpu-1", labels={"app": "train"})   # or claims=["claim-1"] (DRA)
+        api.add_pdb("ml", "train", {"app": "train"}, disruptions_allowed=1, refuse_first=2)  # or "never"
+        api.add_operands("gpu-1", ("device-plugin", "dcgm-exporter"))  # operator DaemonSet pods that follow
+                                                   # the node's nvidia.com/gpu.deploy.<operand> labels
+        api.set_ready("gpu-2", False); api.set_allocatable("gpu-1", "nvidia.com/gpu", 0); api.node("gpu-1")
+        api.eviction_grace = 0.5                   # evicted pods stay terminating this long
+        ...
         api.pods_created, api.created_pod_bodies, api.pods_deleted, api.peak_pods,
-        api.requests                                                       # what the client did
+        api.evictions, api.evictions_refused, api.leases,
+        api.peak_unavailable, api.unavailable_timeline,  # GPU nodes unschedulable or NotReady, per change
+        api.requests, api.write_requests                                   # what the client did
 
 `Node(name, behaviour="success", gpus=1, ...)`; a plain string is a node without
 GPUs or behaviour ("cpu" nodes: no nvidia.com/gpu, no GPU labels). When `token`
@@ -94,6 +113,18 @@ PULL_MESSAGE = (
     'image "{image}": failed to resolve reference "{image}": failed to do request: Head '
     '"https://{registry}/v2/": dial tcp: lookup {registry}: no such host'
 )
+EVICTION_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+CONFLICT_MESSAGE = ('Operation cannot be fulfilled on %s "%s": the object has been modified; '
+                    'please apply your changes to the latest version and try again')
+OPERAND_LABEL = "nvidia.com/gpu.deploy.%s"
+# The GPU operator's DaemonSet for each operand label (what `kubectl -n gpu-operator get ds` lists).
+OPERAND_DAEMONSETS = {
+    "device-plugin": "nvidia-device-plugin-daemonset", "dcgm-exporter": "nvidia-dcgm-exporter",
+    "dcgm": "nvidia-dcgm", "container-toolkit": "nvidia-container-toolkit-daemonset",
+    "driver": "nvidia-driver-daemonset", "gpu-feature-discovery": "gpu-feature-discovery",
+    "operator-validator": "nvidia-operator-validator", "mig-manager": "nvidia-mig-manager",
+    "node-status-exporter": "nvidia-node-status-exporter",
+}
 NOT_READY_MESSAGE = (
     "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
     "message:Network plugin returns error: cni plugin not initialized; "
@@ -119,13 +150,33 @@ class Node:
         self.driver = driver
         self.runtime = runtime
         self.product = product
-        self.labels = dict(labels or {})
+        self.labels = dict(labels or {})  # over the discovered ones; None: removed by a patch
+        self.annotations = {}
+        self.unschedulable = False
+        self.ready_override = None         # set_ready(); None: as the behaviour says
+        self.extra_allocatable = {}        # set_allocatable(); e.g. {"nvidia.com/gpu": "0"}
+        self.resource_version = 1
 
     @property
     def allocatable_gpus(self):
+        if "nvidia.com/gpu" in self.extra_allocatable:
+            return int(self.extra_allocatable["nvidia.com/gpu"])
         return 0 if self.behaviour in ("zero_allocatable", "cpu") else self.gpus
 
-    def to_api(self):
+    @property
+    def ready(self):
+        return self.behaviour != "not_ready" if self.ready_override is None else self.ready_override
+
+    @property
+    def is_gpu(self):
+        return self.behaviour != "cpu"
+
+    @property
+    def unavailable(self):
+        return self.unschedulable or not self.ready
+
+    def discovered_labels(self):
+        """The labels the kubelet and GPU feature discovery put on the node."""
         labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux"}
         if self.behaviour != "cpu":
             major, minor, rev = (self.driver.split(".") + ["", "", ""])[:3]
@@ -137,17 +188,28 @@ class Node:
                 "nvidia.com/cuda.driver.minor": minor,
                 "nvidia.com/cuda.driver.rev": rev,
             })
+        return labels
+
+    def to_api(self):
+        labels = self.discovered_labels()
         labels.update(self.labels)
+        labels = {key: value for key, value in labels.items() if value is not None}
         resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
         capacity, allocatable = dict(resources), dict(resources)
         if self.behaviour != "cpu":
             capacity["nvidia.com/gpu"] = str(self.allocatable_gpus)
             allocatable["nvidia.com/gpu"] = str(self.allocatable_gpus)
-        ready = self.behaviour != "not_ready"
+        capacity.update(self.extra_allocatable)
+        allocatable.update(self.extra_allocatable)
+        ready = self.ready
+        metadata = {"name": self.name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.name)),
+                    "labels": labels, "creationTimestamp": now_iso(0),
+                    "resourceVersion": str(self.resource_version)}
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
         node = {
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.name)),
-                         "labels": labels, "creationTimestamp": now_iso(0)},
+            "metadata": metadata,
             "spec": {},
             "status": {
                 "capacity": capacity, "allocatable": allocatable,
@@ -166,8 +228,15 @@ class Node:
                 },
             },
         }
-        if not ready:
-            node["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+        taints = []
+        if not ready:  # the kubelet's NoSchedule, then the node lifecycle controller's NoExecute
+            taints += [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                       {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+        if self.unschedulable:
+            node["spec"]["unschedulable"] = True
+            taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        if taints:
+            node["spec"]["taints"] = taints
         return node
 
 
@@ -181,6 +250,32 @@ class _Pod:
     @property
     def name(self):
         return self.body["metadata"]["name"]
+
+
+class _Pdb:
+    """A PodDisruptionBudget reduced to what the Eviction API decides with."""
+
+    def __init__(self, namespace, name, selector, disruptions_allowed, refuse_first):
+        self.namespace, self.name, self.selector = namespace, name, dict(selector)
+        self.allowed = None if disruptions_allowed == "never" else int(disruptions_allowed)
+        self.refuse_first = refuse_first
+        self.uid = str(uuid.uuid4())
+
+    def covers(self, labels):
+        return all(labels.get(key) == value for key, value in self.selector.items())
+
+    def allowed_now(self):
+        return 0 if self.refuse_first or not self.allowed else self.allowed
+
+    def take(self):
+        """One eviction against the budget: True (and one disruption used) or False (refused)."""
+        if self.refuse_first:
+            self.refuse_first -= 1
+            return False
+        if not self.allowed:
+            return False
+        self.allowed -= 1
+        return True
 
 
 def _label_selector_matches(selector, labels):
@@ -229,6 +324,15 @@ class KubeApiStandin:
         self.created_pod_bodies = {}  # (namespace, name) -> the body as the client sent it
         self.pods_deleted = []
         self.peak_pods = 0      # most pods that existed at one time: parallel clients show >1
+        self.revision = 1       # the cluster-wide counter resourceVersions come from, as etcd's
+        self.pdbs = {}          # (namespace, name) -> _Pdb
+        self.evictions = []     # (namespace, name) evicted, in order
+        self.evictions_refused = []  # (namespace, name, pdb name) answered 429
+        self.eviction_grace = 0.0    # seconds an evicted pod stays terminating before it is gone
+        self.leases = {}        # (namespace, name) -> Lease body
+        self.operands = {}      # node name -> {operand: namespace} of seeded operator DaemonSet pods
+        self.unavailable_timeline = []  # (monotonic time, GPU nodes unschedulable or NotReady)
+        self.peak_unavailable = 0
         self.lock = threading.RLock()
         self.server = None
         self.thread = None
@@ -295,7 +399,173 @@ class KubeApiStandin:
             self.events.append(event)
         return event
 
+    def add_gpu_pod(self, namespace, name, node, gpus=1, resource="nvidia.com/gpu", labels=None,
+                    claims=None, owner_kind="ReplicaSet", phase="Running"):
+        """A workload pod running on `node` that requests `gpus` of `resource`, or holds DRA `claims`."""
+        limits = {resource: str(gpus)} if gpus else {}
+        spec = {"nodeName": node, "containers": [{"name": "main", "image": "cuda:12",
+                                                  "resources": {"limits": limits}}]}
+        if claims:
+            spec["resourceClaims"] = [{"name": claim, "resourceClaimName": claim} for claim in claims]
+        metadata = {"name": name, "labels": dict(labels or {"app": name})}
+        if owner_kind:
+            metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": name + "-owner",
+                                            "uid": str(uuid.uuid4()), "controller": True}]
+        return self.add_pod(namespace, {"metadata": metadata, "spec": spec,
+                                        "status": {"phase": phase, "hostIP": "10.0.0.1"}})
+
+    def add_pdb(self, namespace, name, selector, disruptions_allowed=1, refuse_first=0):
+        """A policy/v1 PodDisruptionBudget over pods matching `selector` (dict of matchLabels or "k=v,...").
+
+        `disruptions_allowed`: how many evictions it allows in all, or "never"; `refuse_first`: answer the
+        first N evictions it covers with 429 all the same (a budget that frees up later)."""
+        if isinstance(selector, str):
+            selector = dict(term.split("=", 1) for term in selector.split(","))
+        with self.lock:
+            self.pdbs[(namespace, name)] = _Pdb(namespace, name, selector, disruptions_allowed, refuse_first)
+
+    def add_operands(self, node, operands=("device-plugin", "dcgm-exporter"), namespace="gpu-operator"):
+        """GPU operator DaemonSet pods on `node`, following its `nvidia.com/gpu.deploy.<operand>` labels."""
+        with self.lock:
+            target = self.nodes[node]
+            for operand in operands:
+                target.labels[OPERAND_LABEL % operand] = "true"
+                self.operands.setdefault(node, {})[operand] = namespace
+            self._reconcile_operands(target)
+
+    def operand_pods(self, node):
+        """Names of the operator DaemonSet pods now on `node`."""
+        with self.lock:
+            return sorted(name for (ns, name), pod in self.pods.items()
+                          if getattr(pod, "operand", None) and pod.body["spec"].get("nodeName") == node)
+
+    def set_ready(self, name, ready):
+        """The node's kubelet goes NotReady (with the real condition and taints) or comes back."""
+        with self.lock:
+            self.nodes[name].ready_override = bool(ready)
+            self._node_changed(self.nodes[name])
+
+    def set_allocatable(self, name, resource, count):
+        """What the node's device plugin advertises now (e.g. "0" while it is paused)."""
+        with self.lock:
+            self.nodes[name].extra_allocatable[resource] = str(count)
+            self._node_changed(self.nodes[name])
+
+    def node(self, name):
+        """The Node object as a client would read it now."""
+        with self.lock:
+            return self.nodes[name].to_api()
+
+    @property
+    def write_requests(self):
+        """Every request that could change something (all but GET)."""
+        with self.lock:
+            return [request for request in self.requests if request[1] != "GET"]
+
     # ---- objects -----------------------------------------------------------
+    def next_revision(self):
+        self.revision += 1
+        return self.revision
+
+    def update_node(self, name, wanted):
+        """Store a node object as a PUT or a patch left it: labels, annotations, spec.unschedulable."""
+        node = self.nodes[name]
+        discovered = node.discovered_labels()
+        labels = wanted.get("metadata", {}).get("labels") or {}
+        node.labels = {key: value for key, value in labels.items() if discovered.get(key) != value}
+        node.labels.update({key: None for key in discovered if key not in labels})
+        node.annotations = dict(wanted.get("metadata", {}).get("annotations") or {})
+        node.unschedulable = bool((wanted.get("spec") or {}).get("unschedulable"))
+        self._node_changed(node)
+        return node.to_api()
+
+    def _node_changed(self, node):
+        node.resource_version = self.next_revision()
+        self._reconcile_operands(node)
+        unavailable = sum(1 for n in self.nodes.values() if n.is_gpu and n.unavailable)
+        self.unavailable_timeline.append((time.monotonic(), unavailable))
+        self.peak_unavailable = max(self.peak_unavailable, unavailable)
+
+    def _reconcile_operands(self, node):
+        """As the operator's DaemonSets do: a pod where the deploy label is "true", none elsewhere."""
+        labels = node.to_api()["metadata"]["labels"]
+        for operand, namespace in self.operands.get(node.name, {}).items():
+            key = (namespace, "%s-%s" % (OPERAND_DAEMONSETS.get(operand, "nvidia-" + operand), node.name))
+            wanted = labels.get(OPERAND_LABEL % operand) == "true"
+            if wanted and key not in self.pods:
+                self._seed_operand_pod(key, operand, node.name)
+            elif not wanted and key in self.pods:
+                self.pods.pop(key)
+                self.pods_deleted.append(key)
+
+    def _seed_operand_pod(self, key, operand, node):
+        namespace, name = key
+        daemonset = OPERAND_DAEMONSETS.get(operand, "nvidia-" + operand)
+        self.add_pod(namespace, {
+            "metadata": {"name": name, "labels": {"app": daemonset},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": daemonset,
+                                              "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, daemonset)),
+                                              "controller": True}]},
+            "spec": {"nodeName": node, "containers": [{"name": operand, "image": "nvcr.io/nvidia/" + operand}],
+                     "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+                                      "effect": "NoSchedule"}]},
+            "status": {"phase": "Running"}})
+        self.pods[key].operand = operand
+
+    def evict(self, namespace, name):
+        """(code, Status body) of an eviction, as the Eviction API answers it."""
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            return 404, _status_body(404, "NotFound", 'pods "%s" not found' % name)
+        if pod.body["metadata"].get("deletionTimestamp"):
+            return 201, _success_body()
+        labels = pod.body["metadata"].get("labels") or {}
+        budgets = [b for b in self.pdbs.values() if b.namespace == namespace and b.covers(labels)]
+        if len(budgets) > 1:
+            return 500, _status_body(500, "InternalError", (
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."))
+        running = self.pod_view(pod)["status"].get("phase") == "Running"
+        if budgets and running and not budgets[0].take():
+            self.evictions_refused.append((namespace, name, budgets[0].name))
+            healthy = self._healthy(budgets[0])
+            return 429, dict(_status_body(429, "TooManyRequests", EVICTION_REFUSED), details={"causes": [{
+                "reason": "DisruptionBudget",
+                "message": "The disruption budget %s needs %d healthy pods and has %d currently" % (
+                    budgets[0].name, healthy, healthy)}]})
+        self.evictions.append((namespace, name))
+        self._delete_gracefully(pod)
+        return 201, _success_body()
+
+    def _healthy(self, budget):
+        return sum(1 for pod in self.pods.values()
+                   if pod.namespace == budget.namespace and budget.covers(pod.body["metadata"].get("labels") or {}))
+
+    def _delete_gracefully(self, pod):
+        if self.eviction_grace <= 0:
+            self.pods.pop((pod.namespace, pod.name), None)
+            self.pods_deleted.append((pod.namespace, pod.name))
+            return
+        pod.body["metadata"]["deletionTimestamp"] = now_iso()
+        pod.body["metadata"]["deletionGracePeriodSeconds"] = int(self.eviction_grace)
+        pod.gone_at = time.time() + self.eviction_grace
+
+    def purge_terminated(self):
+        """Terminating pods whose grace period is over are gone."""
+        for key, pod in list(self.pods.items()):
+            if getattr(pod, "gone_at", None) and pod.gone_at <= time.time():
+                self.pods.pop(key)
+                self.pods_deleted.append(key)
+
+    def budget_view(self, budget):
+        healthy = self._healthy(budget)
+        allowed = budget.allowed_now()
+        return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": budget.name, "namespace": budget.namespace, "uid": budget.uid,
+                             "resourceVersion": "1", "generation": 1, "creationTimestamp": now_iso(0)},
+                "spec": {"selector": {"matchLabels": dict(budget.selector)}, "maxUnavailable": allowed},
+                "status": {"currentHealthy": healthy, "desiredHealthy": max(healthy - allowed, 0),
+                           "disruptionsAllowed": allowed, "expectedPods": healthy, "observedGeneration": 1}}
+
     def _store_runtimeclass(self, body):
         body = copy.deepcopy(body)
         body.update({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass"})
@@ -370,8 +640,11 @@ def _scripted_status(api, pod, node, age):
     behaviour = node.behaviour
     requested = int(((pod.body["spec"]["containers"][0].get("resources") or {}).get("limits") or {})
                     .get("nvidia.com/gpu", 0))
-    if behaviour == "not_ready":
+    if not node.ready:
         message = _scheduler_message(api, "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }")
+        return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
+    if node.unschedulable and not _tolerates(pod.body, "node.kubernetes.io/unschedulable"):
+        message = _scheduler_message(api, "1 node(s) were unschedulable")
         return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
     if requested > node.allocatable_gpus:
         message = _scheduler_message(api, "1 Insufficient nvidia.com/gpu")
@@ -412,6 +685,11 @@ def _scripted_status(api, pod, node, age):
     return base, pulled, CUDA_FAIL_LOG if failed else SUCCESS_LOG
 
 
+def _tolerates(body, key):
+    return any(t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists")
+               for t in body.get("spec", {}).get("tolerations") or [])
+
+
 def _scheduler_message(api, reason):
     others = len(api.nodes) - 1
     if others:
@@ -442,8 +720,76 @@ def _status_body(code, reason, message):
             "reason": reason, "message": message, "metadata": {}}
 
 
-def _list(kind, items):
-    return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+def _success_body():
+    return {"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201, "metadata": {}}
+
+
+def _conflict(resource, name):
+    return dict(_status_body(409, "Conflict", CONFLICT_MESSAGE % (resource, name)),
+                details={"name": name, "kind": resource.split(".")[0]})
+
+
+def _list(kind, items, api_version="v1"):
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+
+
+def _merge_patch(target, patch):
+    """RFC 7386 merge patch (for labels, annotations and spec fields also what a strategic merge does)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+class PatchTestFailed(Exception):
+    pass
+
+
+def _json_patch(target, operations):
+    """RFC 6902 JSON patch: add, replace, remove, test (the operations clients send for these objects)."""
+    result = copy.deepcopy(target)
+    for operation in operations:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in operation["path"].lstrip("/").split("/")]
+        parent = result
+        for part in parts[:-1]:
+            parent = parent.setdefault(part, {})
+        last, op = parts[-1], operation["op"]
+        if op == "test":
+            if parent.get(last) != operation.get("value"):
+                raise PatchTestFailed(operation["path"])
+        elif op == "remove":
+            if last not in parent:
+                raise PatchTestFailed(operation["path"])
+            del parent[last]
+        elif op in ("add", "replace"):
+            parent[last] = copy.deepcopy(operation["value"])
+    return result
+
+
+def _apply_patch(content_type, current, patch):
+    if (content_type or "").startswith("application/json-patch+json"):
+        return _json_patch(current, patch)
+    return _merge_patch(current, patch)
+
+
+def _stale(wanted, current):
+    """True when the body names a resourceVersion other than the stored one (optimistic concurrency)."""
+    version = (wanted.get("metadata") or {}).get("resourceVersion")
+    return bool(version) and str(version) != current["metadata"]["resourceVersion"]
+
+
+def _field_selector_matches(selector, obj):
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        negate = "!=" in term
+        key, value = term.split("!=" if negate else "=", 1)
+        if (_dig(obj, key.split(".")) == value.lstrip("=")) == negate:
+            return False
+    return True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -478,10 +824,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.api.requests.append((time.time(), method, url.path))
         if self.api.token and self.headers.get("Authorization") != "Bearer " + self.api.token:
             return self._send(401, _status_body(401, "Unauthorized", "Unauthorized"))
+        with self.api.lock:
+            self.api.purge_terminated()
         for pattern, handler in ROUTES:
             match = re.fullmatch(pattern, url.path)
             if match and handler[0] == method:
-                return handler[1](self, query, self._body() if method == "POST" else None,
+                return handler[1](self, query, self._body() if method in ("POST", "PUT", "PATCH") else None,
                                   **match.groupdict())
         self._send(404, _status_body(404, "NotFound", "the server could not find the requested resource"))
 
@@ -493,6 +841,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._dispatch("DELETE")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_PATCH(self):
+        self._dispatch("PATCH")
 
     # ---- routes ------------------------------------------------------------
     def version(self, query, body):
@@ -512,6 +866,97 @@ class _Handler(BaseHTTPRequestHandler):
         if node is None:
             return self._not_found("nodes", name)
         self._send(200, node.to_api())
+
+    def replace_node(self, query, body, name):
+        self._write_node(name, lambda current: body)
+
+    def patch_node(self, query, body, name):
+        content_type = self.headers.get("Content-Type")
+        self._write_node(name, lambda current: _apply_patch(content_type, current, body))
+
+    def _write_node(self, name, wanted_from):
+        with self.api.lock:
+            node = self.api.nodes.get(name)
+            if node is None:
+                return self._not_found("nodes", name)
+            current = node.to_api()
+            try:
+                wanted = wanted_from(current)
+            except PatchTestFailed as exc:
+                return self._send(422, _status_body(422, "Invalid", "the server rejected our request due to an "
+                                                    "error in our request: test failed at %s" % exc))
+            if _stale(wanted, current):
+                return self._send(409, _conflict("nodes", name))
+            self._send(200, self.api.update_node(name, wanted))
+
+    def evict_pod(self, query, body, ns, name):
+        with self.api.lock:
+            code, status = self.api.evict(ns, name)
+        self._send(code, status)
+
+    def list_pdbs(self, query, body, ns=None):
+        with self.api.lock:
+            items = [self.api.budget_view(b) for b in self.api.pdbs.values() if ns is None or b.namespace == ns]
+        self._send(200, _list("PodDisruptionBudgetList", items, "policy/v1"))
+
+    def list_leases(self, query, body, ns):
+        with self.api.lock:
+            items = [copy.deepcopy(v) for (lease_ns, _n), v in self.api.leases.items() if lease_ns == ns]
+        self._send(200, _list("LeaseList", items, "coordination.k8s.io/v1"))
+
+    def create_lease(self, query, body, ns):
+        name = (body.get("metadata") or {}).get("name")
+        with self.api.lock:
+            if (ns, name) in self.api.leases:
+                return self._send(409, dict(_status_body(
+                    409, "AlreadyExists", 'leases.coordination.k8s.io "%s" already exists' % name),
+                    details={"name": name, "group": "coordination.k8s.io", "kind": "leases"}))
+            self._send(201, self._store_lease(ns, name, body))
+
+    def _store_lease(self, ns, name, body):
+        body = copy.deepcopy(body)
+        body.update({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"})
+        meta = body.setdefault("metadata", {})
+        previous = self.api.leases.get((ns, name), {}).get("metadata", {})
+        meta.update({"name": name, "namespace": ns, "resourceVersion": str(self.api.next_revision()),
+                     "uid": previous.get("uid") or str(uuid.uuid4()),
+                     "creationTimestamp": previous.get("creationTimestamp") or now_iso()})
+        self.api.leases[(ns, name)] = body
+        return copy.deepcopy(body)
+
+    def get_lease(self, query, body, ns, name):
+        with self.api.lock:
+            found = copy.deepcopy(self.api.leases.get((ns, name)))
+        if found is None:
+            return self._not_found("leases.coordination.k8s.io", name)
+        self._send(200, found)
+
+    def replace_lease(self, query, body, ns, name):
+        self._write_lease(ns, name, lambda current: body)
+
+    def patch_lease(self, query, body, ns, name):
+        content_type = self.headers.get("Content-Type")
+        self._write_lease(ns, name, lambda current: _apply_patch(content_type, current, body))
+
+    def _write_lease(self, ns, name, wanted_from):
+        with self.api.lock:
+            current = self.api.leases.get((ns, name))
+            if current is None:
+                return self._not_found("leases.coordination.k8s.io", name)
+            try:
+                wanted = wanted_from(copy.deepcopy(current))
+            except PatchTestFailed as exc:
+                return self._send(422, _status_body(422, "Invalid", "test failed at %s" % exc))
+            if _stale(wanted, current):
+                return self._send(409, _conflict("leases.coordination.k8s.io", name))
+            self._send(200, self._store_lease(ns, name, wanted))
+
+    def delete_lease(self, query, body, ns, name):
+        with self.api.lock:
+            found = self.api.leases.pop((ns, name), None)
+        if found is None:
+            return self._not_found("leases.coordination.k8s.io", name)
+        self._send(200, dict(_success_body(), code=200))
 
     def list_runtimeclasses(self, query, body):
         with self.api.lock:
@@ -538,7 +983,8 @@ class _Handler(BaseHTTPRequestHandler):
             pods = [p for p in self.api.pods.values() if ns is None or p.namespace == ns]
             items = [self.api.pod_view(p) for p in pods]
         items = [p for p in items
-                 if _label_selector_matches(query.get("labelSelector"), p["metadata"].get("labels") or {})]
+                 if _label_selector_matches(query.get("labelSelector"), p["metadata"].get("labels") or {})
+                 and _field_selector_matches(query.get("fieldSelector"), p)]
         self._send(200, _list("PodList", items))
 
     def create_pod(self, query, body, ns):
@@ -598,10 +1044,14 @@ def _dig(obj, path):
 
 
 _NS = r"/api/v1/namespaces/(?P<ns>[^/]+)"
+_POLICY_NS = r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)"
+_LEASES = r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases"
 ROUTES = (
     (r"/version/?", ("GET", _Handler.version)),
     (r"/api/v1/nodes", ("GET", _Handler.list_nodes)),
     (r"/api/v1/nodes/(?P<name>[^/]+)", ("GET", _Handler.get_node)),
+    (r"/api/v1/nodes/(?P<name>[^/]+)", ("PUT", _Handler.replace_node)),
+    (r"/api/v1/nodes/(?P<name>[^/]+)", ("PATCH", _Handler.patch_node)),
     (r"/apis/node.k8s.io/v1/runtimeclasses", ("GET", _Handler.list_runtimeclasses)),
     (r"/apis/node.k8s.io/v1/runtimeclasses", ("POST", _Handler.create_runtimeclass)),
     (r"/apis/node.k8s.io/v1/runtimeclasses/(?P<name>[^/]+)", ("GET", _Handler.get_runtimeclass)),
@@ -611,6 +1061,15 @@ ROUTES = (
     (_NS + r"/pods/(?P<name>[^/]+)", ("GET", _Handler.get_pod)),
     (_NS + r"/pods/(?P<name>[^/]+)", ("DELETE", _Handler.delete_pod)),
     (_NS + r"/pods/(?P<name>[^/]+)/log", ("GET", _Handler.pod_log)),
+    (_NS + r"/pods/(?P<name>[^/]+)/eviction", ("POST", _Handler.evict_pod)),
+    (r"/apis/policy/v1/poddisruptionbudgets", ("GET", _Handler.list_pdbs)),
+    (_POLICY_NS + r"/poddisruptionbudgets", ("GET", _Handler.list_pdbs)),
+    (_LEASES, ("GET", _Handler.list_leases)),
+    (_LEASES, ("POST", _Handler.create_lease)),
+    (_LEASES + r"/(?P<name>[^/]+)", ("GET", _Handler.get_lease)),
+    (_LEASES + r"/(?P<name>[^/]+)", ("PUT", _Handler.replace_lease)),
+    (_LEASES + r"/(?P<name>[^/]+)", ("PATCH", _Handler.patch_lease)),
+    (_LEASES + r"/(?P<name>[^/]+)", ("DELETE", _Handler.delete_lease)),
     (r"/api/v1/events", ("GET", _Handler.list_events)),
     (_NS + r"/events", ("GET", _Handler.list_events)),
 )
