@@ -46,7 +46,7 @@ class Rollout:
         self.variables = dict({
             "gpunode_kubeconfig": self.kubeconfig, "gpunode_upgrade_node_tasks_dir": STUB, "stub_dir": str(tmp_path),
             "gpunode_upgrade_driver": NEW, "gpunode_upgrade_max_unavailable": 2, "gpunode_upgrade_max_parallel": 6,
-            "gpunode_upgrade_poll_interval": 0.2, "gpunode_upgrade_slot_timeout": 120,
+            "gpunode_upgrade_poll_interval": 0.2, "gpunode_upgrade_slot_timeout": 300,
             "gpunode_upgrade_eviction_timeout": 4, "gpunode_upgrade_validate_pod": False,
             "gpunode_upgrade_validation_timeout": 20, "stub_install_seconds": 0.5,
         }, **variables)
