@@ -132,6 +132,10 @@ state:
   description: The node's state label (after O(op=set)), null when it has none.
   returned: success
   type: str
+previous:
+  description: The state label before O(op=set) changed it.
+  returned: when O(op=set) changed the label
+  type: str
 decision:
   description: C(action) (skip, at-target, refused, failed, upgrade), C(start) (the state to start or resume at) and C(reason).
   returned: when O(op=read) or O(op=plan)
