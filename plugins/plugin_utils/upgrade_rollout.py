@@ -150,7 +150,8 @@ def decide(view, changes, operator_managed=False, retry_failed=False):
             return _decision("upgrade", REQUIRED, "retry of a failed upgrade: from the beginning")
         return _decision("failed", None, "the node is %s from an earlier run: it stays cordoned and stops the "
                          "rollout; retry it with gpunode_upgrade_retry_failed=true once its cause is fixed" % FAILED)
-    if state in IN_PROGRESS:
+    if state in IN_PROGRESS or state == REQUIRED:
+        # REQUIRED too: a retried node may already run the target and still be cordoned from its failure
         return _decision("upgrade", state, "resuming at %s (an earlier run stopped there)" % state)
     if not changes:
         return _decision("at-target", None, "already at the target")

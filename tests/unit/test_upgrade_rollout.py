@@ -105,6 +105,7 @@ def test_a_failed_node_halts_new_starts_but_not_nodes_in_progress():
     ("upgrade-done", [], False, "at-target", None),
     ("upgrade-done", ["driver"], False, "upgrade", "upgrade-required"),
     ("drain-required", [], False, "upgrade", "drain-required"),           # resume where a killed run stopped
+    ("upgrade-required", [], False, "upgrade", "upgrade-required"),       # a reset retry, already at the target
     ("upgrade-failed", [], False, "failed", None),
     ("upgrade-failed", [], True, "upgrade", "upgrade-required"),          # a retry starts over, never jumps to done
 ])
