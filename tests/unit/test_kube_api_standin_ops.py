@@ -188,8 +188,8 @@ def test_operand_pods_follow_the_deploy_labels(cluster):
 
 def test_cordoned_node_refuses_new_pods_that_do_not_tolerate_it(cluster):
     cluster.core.patch_node("gpu-1", {"spec": {"unschedulable": True}})
-    pod = {"metadata": {"name": "p"}, "spec": {"nodeSelector": {"kubernetes.io/hostname": "gpu-1"},
-                                                "containers": [{"name": "c", "image": "i"}]}}
+    spec = {"nodeSelector": {"kubernetes.io/hostname": "gpu-1"}, "containers": [{"name": "c", "image": "i"}]}
+    pod = {"metadata": {"name": "p"}, "spec": spec}
     cluster.core.create_namespaced_pod("default", pod)
     status = cluster.core.read_namespaced_pod("p", "default").status
     assert status.phase == "Pending" and "1 node(s) were unschedulable" in status.conditions[0].message

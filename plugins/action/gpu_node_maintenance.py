@@ -1,0 +1,94 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""gpunode.nvidia.gpu_node_maintenance: runs on the controller only (kubeconfig + kubernetes client).
+
+The documentation is in plugins/modules/gpu_node_maintenance.py; the work is in
+plugins/plugin_utils/node_maintenance.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.gpunode.nvidia.plugins.action.gpu_cluster_check import INSTALL_HINT
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import node_maintenance as nm
+
+ARGUMENT_SPEC = dict(
+    kubeconfig=dict(type="path"),
+    context=dict(type="str"),
+    node=dict(type="str", required=True),
+    step=dict(type="str", required=True, choices=list(nm.STEPS)),
+    owner=dict(type="str", default="maintenance"),
+    job_selector=dict(type="str"),
+    timeout=dict(type="int", default=300),
+    retry_interval=dict(type="float", default=5.0),
+    expected_allocatable=dict(type="dict"),
+    validate_pod=dict(type="bool", default=False),
+    pod_image=dict(type="str", default="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"),
+)
+
+
+class ActionModule(ValidatedAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = self.validated_args()
+        if not cv.HAS_KUBERNETES:
+            raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="for node maintenance"),
+                                               INSTALL_HINT))
+        if args["timeout"] <= 0 or args["retry_interval"] <= 0:
+            raise AnsibleActionFail("timeout and retry_interval must be positive")
+        if not args["owner"].strip():
+            raise AnsibleActionFail("owner must name the maintenance (e.g. upgrade, partitioning)")
+        result.update(step=args["step"], node=args["node"])
+        try:
+            result.update(self._step(args))
+        except nm.MaintenanceError as exc:
+            result.update(failed=True, changed=False, msg=str(exc))
+        except cv.ApiException as exc:
+            result.update(failed=True, changed=False, msg="step %s on node %s: the Kubernetes API answered %s" % (
+                args["step"], args["node"], cv.api_message(exc)))
+        except nm.TransportError as exc:
+            result.update(failed=True, changed=False, msg=(
+                "step %s on node %s: cannot reach the Kubernetes API of kubeconfig %s (%s); the step stopped there. "
+                "Check the server address and that it answers from the controller, then run it again" % (
+                    args["step"], args["node"], args["kubeconfig"] or "(default)", exc.__class__.__name__)))
+        return result
+
+    def _step(self, args):
+        try:
+            api = cv.connect(args["kubeconfig"], args["context"], pool_size=4)
+        except Exception as exc:  # the client raises several types for a bad kubeconfig
+            raise nm.MaintenanceError("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
+        maintenance = nm.NodeMaintenance(api, args["node"], args["owner"].strip(), timeout=args["timeout"],
+                                         retry_interval=args["retry_interval"], check_mode=self._task.check_mode)
+        step = args["step"]
+        if step == "cordon":
+            return maintenance.cordon()
+        if step == "uncordon":
+            return maintenance.uncordon()
+        if step == "wait_for_jobs":
+            return maintenance.wait_for_jobs(args["job_selector"])
+        if step in ("evict_gpu_pods", "drain"):
+            return maintenance.evict(drain=step == "drain")
+        if step == "pause_gpu_operands":
+            return maintenance.pause_operands()
+        if step == "resume_gpu_operands":
+            return maintenance.resume_operands()
+        return maintenance.validate(args["expected_allocatable"], self._verifier(api, args))
+
+    @staticmethod
+    def _verifier(api, args):
+        """The vector-add pod of gpu_cluster_check, tolerating the cordon this maintenance holds."""
+        if not args["validate_pod"]:
+            return None
+        return cv.ClusterVerifier(api, image=args["pod_image"], timeout=args["timeout"],
+                                  poll_interval=min(args["retry_interval"], 2.0),
+                                  tolerations=cv.DEFAULT_TOLERATIONS + [nm.UNSCHEDULABLE_TOLERATION])
