@@ -19,6 +19,7 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.gpunode.nvidia.plugins.action.gpu_cluster_check import INSTALL_HINT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 
@@ -51,6 +52,12 @@ def connect(args):
                                   args.get("lease_name") or "gpunode-upgrade")
 
 
+def unreachable(args, exc):
+    return ("node %s: cannot reach the Kubernetes API of kubeconfig %s (%s); nothing more was changed. Check the "
+            "server address and that it answers from the controller, then run the upgrade again: each node resumes "
+            "at its label" % (args["node"], args["kubeconfig"] or "(default)", exc.__class__.__name__))
+
+
 class ActionModule(ValidatedAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
@@ -68,6 +75,8 @@ class ActionModule(ValidatedAction):
                 result.update(self._release_or_renew(api, args, holder))
         except ro.RolloutError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
+        except TransportError as exc:
+            result.update(failed=True, changed=False, msg=unreachable(args, exc))
         result["holder"] = holder
         return result
 

@@ -13,9 +13,10 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect
+from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect, unreachable
 from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 
@@ -51,6 +52,8 @@ class ActionModule(ValidatedAction):
                 result.update(self._read(api, args))
         except ro.RolloutError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
+        except TransportError as exc:
+            result.update(failed=True, changed=False, msg=unreachable(args, exc))
         return result
 
     def _read(self, api, args):
