@@ -122,5 +122,5 @@ class ActionModule(ValidatedAction):
         else:
             table = api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
         done = table is not None
-        return dict(changed=done, msg="slot of %s %s" % (args["node"], ("%sd" % args["op"]) if done else
-                                                          "not held by this controller: nothing to %s" % args["op"]))
+        what = "%sd" % args["op"] if done else "not held by this controller: nothing to %s" % args["op"]
+        return dict(changed=done, msg="slot of %s %s" % (args["node"], what))

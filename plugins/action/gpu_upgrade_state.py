@@ -85,8 +85,8 @@ class ActionModule(ValidatedAction):
         api.set_state(args["node"], args["state"])
         holder = upgrade_api.controller_identity()
         api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
-        return dict(changed=True, state=args["state"], previous=current, msg="%s: %s -> %s" % (args["node"], current or "(none)",
-                                                                              args["state"]))
+        moved = "%s: %s -> %s" % (args["node"], current or "(none)", args["state"])
+        return dict(changed=True, state=args["state"], previous=current, msg=moved)
 
 
 def resolve_target(current, target, minimum):

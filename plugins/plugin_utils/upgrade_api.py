@@ -94,8 +94,8 @@ class UpgradeApi(object):
         try:
             self.core.patch_node(name, body)
         except cv.ApiException as exc:
-            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state,
-                                                                       cv.api_message(exc)))
+            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (
+                name, ro.STATE_LABEL, state, cv.api_message(exc)))
 
     # --- the slot Lease ---
 
@@ -122,8 +122,8 @@ class UpgradeApi(object):
                     "metadata": {"name": self.lease_name, "annotations": annotations}, "spec": spec})
                 return
             body = dict(lease)
-            body["metadata"] = dict(lease["metadata"], annotations=dict(lease["metadata"].get("annotations") or {},
-                                                                         **annotations))
+            merged = dict(lease["metadata"].get("annotations") or {}, **annotations)
+            body["metadata"] = dict(lease["metadata"], annotations=merged)
             body["spec"] = dict(lease.get("spec") or {}, **spec)
             self.coordination.replace_namespaced_lease(self.lease_name, self.lease_namespace, body)
         except cv.ApiException as exc:

@@ -41,18 +41,17 @@ def test_bad_limits_and_unknown_nodes_are_explained(tmp_path):
         assert bad["failed"] and "max_unavailable 0 allows no unavailable node" in bad["msg"]
         missing = run("gpunode.nvidia.gpu_upgrade_state", {"kubeconfig": kubeconfig, "node": "gpu-9"})
         assert missing["failed"] and "node gpu-9 does not exist in the cluster" in missing["msg"]
-        backwards = run("gpunode.nvidia.gpu_upgrade_state", {"kubeconfig": kubeconfig, "node": "gpu-1", "op": "set",
-                                                              "state": "upgrade-failed"})
+        state = {"kubeconfig": kubeconfig, "node": "gpu-1", "op": "set"}
+        backwards = run("gpunode.nvidia.gpu_upgrade_state", dict(state, state="upgrade-failed"))
         assert backwards["changed"]
-        jump = run("gpunode.nvidia.gpu_upgrade_state", {"kubeconfig": kubeconfig, "node": "gpu-1", "op": "set",
-                                                         "state": "upgrade-done"})
+        jump = run("gpunode.nvidia.gpu_upgrade_state", dict(state, state="upgrade-done"))
         assert jump["failed"] and "only a retry (back to upgrade-required) may move it" in jump["msg"]
 
 
 def test_check_mode_takes_no_slot(tmp_path):
     with KubeApiStandin([Node("gpu-1"), Node("gpu-2")]) as api:
         kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        result = run("gpunode.nvidia.gpu_upgrade_slot", {"kubeconfig": kubeconfig, "node": "gpu-1",
-                                                          "max_unavailable": 1}, check=True)
+        args = {"kubeconfig": kubeconfig, "node": "gpu-1", "max_unavailable": 1}
+        result = run("gpunode.nvidia.gpu_upgrade_slot", args, check=True)
         assert result["granted"] and not result["changed"]
         assert api.write_requests == [] and api.leases == {}
