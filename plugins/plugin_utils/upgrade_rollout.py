@@ -127,7 +127,7 @@ def same_version(installed, wanted):
 
 
 def _upstream(version):
-    return str(version).split(":")[-1].split("-")[0].lstrip("v")
+    return str(version).rsplit(":", 1)[-1].split("-")[0].lstrip("v")
 
 
 def light_path(changes):

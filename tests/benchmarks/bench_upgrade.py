@@ -10,7 +10,8 @@
    Reports wall time, API requests per node and Lease conflicts.
 
 Environment: UPGRADE_BENCH_NODE_SECONDS (stand-in install time per node, 3), UPGRADE_BENCH_LIMITS (1,2,4),
-UPGRADE_BENCH_SIM_NODES (200), UPGRADE_BENCH_SIM_PARALLEL (20).
+UPGRADE_BENCH_SIM_NODES (200), UPGRADE_BENCH_SIM_PARALLEL (20), UPGRADE_BENCH_SIM_POLL (seconds between looks
+of a waiting node, 1.0).
 """
 import json
 import os
@@ -36,6 +37,7 @@ NODE_SECONDS = float(os.environ.get("UPGRADE_BENCH_NODE_SECONDS", "3"))
 LIMITS = [int(x) for x in os.environ.get("UPGRADE_BENCH_LIMITS", "1,2,4").split(",")]
 SIM_NODES = int(os.environ.get("UPGRADE_BENCH_SIM_NODES", "200"))
 SIM_PARALLEL = int(os.environ.get("UPGRADE_BENCH_SIM_PARALLEL", "20"))
+SIM_POLL = float(os.environ.get("UPGRADE_BENCH_SIM_POLL", "1.0"))
 
 
 class Dir(object):
@@ -85,7 +87,7 @@ def simulated_node(api, name, holder, errors):
                 except upgrade_api.Conflict:
                     simulated_node.conflicts += 1
                     continue
-            time.sleep(0.05)
+            time.sleep(SIM_POLL)
         for state in ro.STATES:
             api.set_state(name, state)
         api.update_slots(lambda table: ro.release(name, table, holder))

@@ -21,8 +21,6 @@ import sys
 import threading
 import time
 
-import pytest
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
 
