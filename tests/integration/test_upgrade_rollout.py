@@ -44,7 +44,7 @@ class Rollout:
         self.variables = dict({
             "gpunode_kubeconfig": self.kubeconfig, "gpunode_upgrade_node_tasks_dir": STUB, "stub_dir": str(tmp_path),
             "gpunode_upgrade_driver": NEW, "gpunode_upgrade_max_unavailable": 2, "gpunode_upgrade_max_parallel": 6,
-            "gpunode_upgrade_poll_interval": 0.2, "gpunode_upgrade_slot_timeout": 300,
+            "gpunode_upgrade_poll_interval": 0.2, "gpunode_upgrade_slot_timeout": 1200,
             "gpunode_upgrade_eviction_timeout": 4, "gpunode_upgrade_validate_pod": False,
             "gpunode_upgrade_validation_timeout": 20, "stub_install_seconds": 0.5,
         }, **variables)
@@ -74,7 +74,7 @@ class Rollout:
     def run(self, hosts=None, check=False, name="run", **variables):
         proc = subprocess.run(self.argv(hosts, check, name, **variables), env=self.env(), cwd=str(self.tmp),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                              timeout=400, check=False)
+                              timeout=1500, check=False)
         return proc.returncode, proc.stdout
 
     def start(self, hosts=None, name="run", **variables):
@@ -158,11 +158,11 @@ def test_an_unrelated_notready_node_takes_a_slot(tmp_path):
 
 
 def test_a_budget_that_never_allows_eviction_fails_the_node_and_stops_the_rollout(tmp_path):
-    with KubeApiStandin(gpu_nodes(4), pod_seconds=0.2) as api:
-        for index in range(1, 5):
+    with KubeApiStandin(gpu_nodes(3), pod_seconds=0.2) as api:
+        for index in range(1, 4):
             api.add_gpu_pod("ml", "train-%d" % index, "gpu-%d" % index, labels={"app": "train"})
         api.add_pdb("ml", "train", {"app": "train"}, disruptions_allowed="never")
-        rollout = Rollout(tmp_path, api, ["gpu-1", "gpu-2", "gpu-3", "gpu-4"], gpunode_upgrade_max_parallel=1,
+        rollout = Rollout(tmp_path, api, ["gpu-1", "gpu-2", "gpu-3"], gpunode_upgrade_max_parallel=1,
                           gpunode_upgrade_max_unavailable=1)
         rc, output = rollout.run()
         assert rc != 0
@@ -174,7 +174,7 @@ def test_a_budget_that_never_allows_eviction_fails_the_node_and_stops_the_rollou
         assert "disruption budget" in output or "ml/train" in output, output
         untouched = [host for host in rollout.hosts if host != failed[0]]
         assert all(states[host] is None and not rollout.unschedulable(host) for host in untouched), states
-        assert output.count("not started: the rollout stopped: %s is upgrade-failed" % failed[0]) == 3, output
+        assert output.count("not started: the rollout stopped: %s is upgrade-failed" % failed[0]) == 2, output
         assert not any(event == "install" for _host, event in rollout.log())
         report_peak(api, "PDB never allows", 1)
 
