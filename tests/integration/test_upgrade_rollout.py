@@ -75,7 +75,7 @@ class Rollout:
         proc = subprocess.run(self.argv(hosts, check, name, **variables), env=self.env(), cwd=str(self.tmp),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=1500, check=False)
-        return proc.returncode, proc.stdout
+        return proc.returncode, " ".join(proc.stdout.split())  # the callback wraps long messages
 
     def start(self, hosts=None, name="run", **variables):
         return subprocess.Popen(self.argv(hosts, False, name, **variables), env=self.env(), cwd=str(self.tmp),
