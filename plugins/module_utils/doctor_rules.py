@@ -50,6 +50,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_driver_toolk
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_firstboot import FIRSTBOOT_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import HEALTH_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_partitioning import RULES as PARTITIONING_RULES
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_security import RULES as SECURITY_RULES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_kubelet import (
     check_cri_unavailable, check_endpoint_unserved, check_kubelet_legacy_flag, check_kubelet_not_running,
     check_kubelet_unhealthy, check_no_runtime, check_runtime_down, healthz_url, probe_healthz)
@@ -118,8 +119,9 @@ CATALOGUE = (
     Rule("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
     Rule("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
     Rule("doctor-rule-error", "warning", None, "A diagnosis rule could not finish", check_rule_error),
-) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES + INTEGRITY_RULES + PARTITIONING_RULES)
-# ^ from doctor_health.py, doctor_firstboot.py, doctor_driver_integrity.py, doctor_partitioning.py
+) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES + INTEGRITY_RULES + PARTITIONING_RULES
+                 + SECURITY_RULES)
+# ^ from doctor_health.py, doctor_firstboot.py, doctor_driver_integrity.py, doctor_partitioning.py, doctor_security.py
 RULES_BY_ID = dict((rule.id, rule) for rule in CATALOGUE)
 
 

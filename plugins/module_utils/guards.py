@@ -23,8 +23,13 @@ __metaclass__ = type
 
 import re
 
-TOOLKIT_CVE_MINIMUM = "1.17.8"
-TOOLKIT_CVE = "CVE-2025-23266"
+from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums
+
+# The refused floor is the table's: the highest toolkit row that refuses (1.17.8, CVE-2025-23266).
+_TOOLKIT_REFUSED = [row for row in security_minimums.MINIMUMS
+                    if row["product"] == security_minimums.TOOLKIT and row["enforce"] == "refuse"][-1]
+TOOLKIT_CVE_MINIMUM = _TOOLKIT_REFUSED["version"]
+TOOLKIT_CVE = _TOOLKIT_REFUSED["cves"][0]
 BRANCH_PACKAGE = re.compile(r"^(?:nvidia-(?:driver|headless|headless-no-dkms|utils|dkms|kernel-common|"
                             r"kernel-source|compute-utils|firmware|fabricmanager)|libnvidia-(?:compute|gl|decode|"
                             r"encode|extra|cfg1)|linux-modules-nvidia|linux-objects-nvidia|linux-signatures-nvidia)"
@@ -74,6 +79,7 @@ def toolkit_guard(action, wanted, installed, candidate, allow_vulnerable=False):
         version = installed
     result = {"ok": True, "version": version, "minimum": TOOLKIT_CVE_MINIMUM, "reason": None}
     if not older_than(version, TOOLKIT_CVE_MINIMUM):
+        result["reason"] = _toolkit_warning(version)
         return result
     what = ("would install toolkit %s" % version if action in ("install", "change")
             else "the installed toolkit %s would be kept" % version)
@@ -89,6 +95,14 @@ def toolkit_guard(action, wanted, installed, candidate, allow_vulnerable=False):
         % (what, TOOLKIT_CVE_MINIMUM, TOOLKIT_CVE, TOOLKIT_CVE_MINIMUM,
            " with nvidia_container_toolkit_allow_upgrade: true" if installed else ""))
     return result
+
+
+def _toolkit_warning(version):
+    """A sentence when the version is below a row of the security table that warns, else None."""
+    gap = security_minimums.shortfall(security_minimums.TOOLKIT, version)
+    if not gap:
+        return None
+    return "%s Set nvidia_container_toolkit_version to %s-1 or newer." % (security_minimums.describe(gap), gap["minimum"])
 
 
 # --- kernel hold and release ------------------------------------------------------------------------------

@@ -38,15 +38,22 @@ def role_sections(root=ROOT):
     return "".join(parts)
 
 
+def playbook_files(root=ROOT):
+    """Every YAML file under playbooks/, the task files the playbooks include among them."""
+    for directory, _dirs, files in os.walk(os.path.join(root, "playbooks")):
+        for name in files:
+            if name.endswith((".yml", ".yaml")):
+                yield os.path.join(directory, name)
+
+
 def playbook_variables(root=ROOT):
     """The gpunode_* variables the playbooks read: every one named, but those they register or define."""
     named, defined = set(), set()
-    playbooks = os.path.join(root, "playbooks")
-    for name in sorted(os.listdir(playbooks)):
-        with open(os.path.join(playbooks, name)) as handle:
+    for path in sorted(playbook_files(root)):
+        with open(path) as handle:
             text = handle.read()
         named.update(VARIABLE.findall(text))
-        defined.update(re.findall(r"register:\s*(gpunode_[a-z0-9_]+)", text))
+        defined.update(re.findall(r"(?:register|loop_var):\s*(gpunode_[a-z0-9_]+)", text))
         defined.update(re.findall(r"^\s+(gpunode_[a-z0-9_]+):", text, re.M))
     return sorted(named - defined)
 

@@ -319,9 +319,9 @@ def test_i6_driver_version_mismatch(tmp_path, reader):
     tree = kubeadm_with_nvidia(tmp_path)
     tree.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.154.05", "")
     (item,) = diagnose(tmp_path)[0]["driver-version-mismatch"]
-    assert "535.129.03" in item["message"] and "535.154.05" in item["message"]
+    assert "535.309.01" in item["message"] and "535.154.05" in item["message"]
     same = kubeadm_with_nvidia(tmp_path / "same")
-    same.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.129.03", "")
+    same.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.309.01", "")
     assert "driver-version-mismatch" not in diagnose(same.root)[0]
 
 
@@ -661,7 +661,7 @@ def test_every_fix_names_playbooks_as_an_installed_collection_runs_them(tmp_path
     for root in broken_nodes(tmp_path):
         for item in diagnose(root)[1]["findings"]:
             fix = item["fix"]
-            assert fix["playbook"] in (None, "gpunode.nvidia.site"), (item["rule"], fix)
+            assert fix["playbook"] in (None, "gpunode.nvidia.site", "gpunode.nvidia.upgrade"), (item["rule"], fix)
             for text in fix_texts(fix):
                 assert "playbooks/" not in text, (item["rule"], text)  # a checkout path an installed collection lacks
             seen += bool(fix["playbook"])

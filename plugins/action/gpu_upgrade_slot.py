@@ -1,0 +1,126 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""gpunode.nvidia.gpu_upgrade_slot: runs on the controller only (kubeconfig + kubernetes client).
+
+The documentation is in plugins/modules/gpu_upgrade_slot.py; the decisions are in
+plugins/plugin_utils/upgrade_rollout.py, the API calls in plugins/plugin_utils/upgrade_api.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.gpunode.nvidia.plugins.action.gpu_cluster_check import INSTALL_HINT
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+
+ARGUMENT_SPEC = dict(
+    kubeconfig=dict(type="path"),
+    context=dict(type="str"),
+    node=dict(type="str", required=True),
+    op=dict(type="str", default="acquire", choices=["acquire", "release", "renew"]),
+    max_parallel=dict(type="int", default=1),
+    max_unavailable=dict(type="raw", default="25%"),
+    gpu_node_selector=dict(type="str", default="nvidia.com/gpu.present=true"),
+    lease_namespace=dict(type="str", default="kube-system"),
+    lease_name=dict(type="str", default="gpunode-upgrade"),
+    timeout=dict(type="int", default=3600),
+    poll_interval=dict(type="float", default=5.0),
+    ttl=dict(type="int", default=3600),
+)
+
+
+def connect(args):
+    """UpgradeApi for the task's kubeconfig, or a clear failure (shared by gpu_upgrade_slot and gpu_upgrade_state)."""
+    if not cv.HAS_KUBERNETES:
+        raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="to run the rolling upgrade"),
+                                           INSTALL_HINT))
+    try:
+        client = cv.connect(args["kubeconfig"], args["context"], pool_size=4)
+    except Exception as exc:  # the client raises several types for a bad kubeconfig
+        raise AnsibleActionFail("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
+    return upgrade_api.UpgradeApi(client, args.get("lease_namespace") or "kube-system",
+                                  args.get("lease_name") or "gpunode-upgrade")
+
+
+def unreachable(args, exc):
+    return ("node %s: cannot reach the Kubernetes API of kubeconfig %s (%s); nothing more was changed. Check the "
+            "server address and that it answers from the controller, then run the upgrade again: each node resumes "
+            "at its label" % (args["node"], args["kubeconfig"] or "(default)", exc.__class__.__name__))
+
+
+class ActionModule(ValidatedAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = self.validated_args()
+        if args["timeout"] < 0 or args["poll_interval"] <= 0 or args["ttl"] <= 0:
+            raise AnsibleActionFail("timeout must not be negative; poll_interval and ttl must be positive")
+        api = connect(args)
+        holder = upgrade_api.controller_identity()
+        try:
+            if args["op"] == "acquire":
+                result.update(self._acquire(api, args, holder))
+            else:
+                result.update(self._release_or_renew(api, args, holder))
+        except ro.RolloutError as exc:
+            result.update(failed=True, changed=False, msg=str(exc))
+        except TransportError as exc:
+            result.update(failed=True, changed=False, msg=unreachable(args, exc))
+        result["holder"] = holder
+        return result
+
+    def _acquire(self, api, args, holder):
+        ro.check_max_parallel(args["max_parallel"])
+        started = time.time()
+        while True:
+            outcome = self._try_once(api, args, holder)
+            waited = round(time.time() - started, 1)
+            if outcome["granted"] or outcome["halted"]:
+                return dict(outcome, changed=outcome["granted"] and not self._task.check_mode, waited_s=waited,
+                            msg=outcome["reason"])
+            if waited >= args["timeout"]:
+                return dict(outcome, failed=True, changed=False, waited_s=waited,
+                            msg="no upgrade slot for node %s within %ds: %s. Raise max_unavailable or timeout, or "
+                                "bring the unavailable nodes back." % (args["node"], args["timeout"], outcome["reason"]))
+            time.sleep(args["poll_interval"])
+
+    def _try_once(self, api, args, holder):
+        """One decision on what the API holds now, written with the Lease's resourceVersion."""
+        for _attempt in range(20):
+            views = api.gpu_nodes(args["gpu_node_selector"])
+            limit = ro.max_unavailable_count(args["max_unavailable"], len(views))
+            slots, lease = api.read_slots()
+            outcome = ro.acquire(args["node"], views, slots, holder, args["max_parallel"], limit, time.time(),
+                                 args["ttl"], upgrade_api.holder_alive)
+            outcome = dict(outcome, max_unavailable=limit)
+            if not outcome["granted"] or self._task.check_mode:
+                return dict(outcome, slots=None)
+            try:
+                api.write_slots(outcome["slots"], lease)
+                return dict(outcome, slots=None)
+            except upgrade_api.Conflict:
+                continue  # another controller wrote first: decide again on what it wrote
+        raise ro.RolloutError("Lease %s/%s changed under every one of 20 attempts: too many writers"
+                              % (args["lease_namespace"], args["lease_name"]))
+
+    def _release_or_renew(self, api, args, holder):
+        if self._task.check_mode:
+            return dict(changed=False, msg="check mode: the slot of %s would be %sd" % (args["node"], args["op"]))
+        if args["op"] == "release":
+            table = api.update_slots(lambda slots: ro.release(args["node"], slots, holder))
+        else:
+            table = api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
+        done = table is not None
+        what = "%sd" % args["op"] if done else "not held by this controller: nothing to %s" % args["op"]
+        return dict(changed=done, msg="slot of %s %s" % (args["node"], what))

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""gpunode.nvidia.gpu_upgrade_state: runs on the controller only (kubeconfig + kubernetes client).
+
+The documentation is in plugins/modules/gpu_upgrade_state.py; the decisions are in
+plugins/plugin_utils/upgrade_rollout.py, the API calls in plugins/plugin_utils/upgrade_api.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect, unreachable
+from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+
+ARGUMENT_SPEC = dict(
+    kubeconfig=dict(type="path"),
+    context=dict(type="str"),
+    node=dict(type="str", required=True),
+    op=dict(type="str", default="read", choices=["read", "set", "plan"]),
+    state=dict(type="str", choices=list(ro.ALL_STATES)),
+    current=dict(type="dict", default={}),
+    target=dict(type="dict", default={}),
+    minimum=dict(type="bool", default=False),
+    retry_failed=dict(type="bool", default=False),
+    job_selector=dict(type="str"),
+    drain=dict(type="bool", default=False),
+    reboot=dict(type="bool", default=False),
+    lease_namespace=dict(type="str", default="kube-system"),
+    lease_name=dict(type="str", default="gpunode-upgrade"),
+)
+
+
+class ActionModule(ValidatedAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = self.validated_args()
+        api = connect(args)
+        try:
+            if args["op"] == "set":
+                result.update(self._set(api, args))
+            else:
+                result.update(self._read(api, args))
+        except ro.RolloutError as exc:
+            result.update(failed=True, changed=False, msg=str(exc))
+        except TransportError as exc:
+            result.update(failed=True, changed=False, msg=unreachable(args, exc))
+        return result
+
+    def _read(self, api, args):
+        view = ro.node_view(api.node(args["node"]))
+        target = resolve_target(args["current"], args["target"], args["minimum"])
+        changes = ro.needs(args["current"], target)
+        managed = view["labels"].get(ro.OPERATOR_DRIVER_LABEL) == "true" and "driver" in changes
+        decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"])
+        steps = ro.steps_from(decision["start"], args["job_selector"], args["drain"]) if decision["start"] else []
+        report = dict(changed=False, state=view["state"], skip=view["skip"], unschedulable=view["unschedulable"],
+                      ready=view["ready"], changes=changes, target=target, light=ro.light_path(changes), decision=decision,
+                      steps=steps, operator_managed=managed, msg="%s: %s" % (args["node"], decision["reason"]))
+        if args["op"] == "plan":
+            waits = api.pdb_waits(args["node"]) if decision["action"] == "upgrade" else {}
+            report.update(pdb_waits=waits, plan=ro.plan_lines(args["node"], decision, steps, report["light"], waits,
+                                                              args["reboot"]))
+        return report
+
+    def _set(self, api, args):
+        if not args["state"]:
+            return dict(failed=True, changed=False, msg="op=set needs state (one of %s)" % ", ".join(ro.ALL_STATES))
+        current = ro.node_view(api.node(args["node"]))["state"]
+        ro.check_transition(current, args["state"])
+        if current == args["state"]:
+            return dict(changed=False, state=current, msg="%s is already %s" % (args["node"], current))
+        if self._task.check_mode:
+            return dict(changed=True, state=current, msg="check mode: %s would be labelled %s=%s"
+                        % (args["node"], ro.STATE_LABEL, args["state"]))
+        api.set_state(args["node"], args["state"])
+        holder = upgrade_api.controller_identity()
+        api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
+        moved = "%s: %s -> %s" % (args["node"], current or "(none)", args["state"])
+        return dict(changed=True, state=args["state"], previous=current, msg=moved)
+
+
+def resolve_target(current, target, minimum):
+    """The versions this node moves to: the given target, or (minimum) the security minimum of what it runs.
+
+    Fabric manager follows the driver (it must be exactly the driver's version) on nodes that have it."""
+    resolved = dict((key, target.get(key) or "") for key in ("driver", "toolkit", "fabricmanager"))
+    if minimum:
+        for key, product in (("driver", sm.DRIVER), ("toolkit", sm.TOOLKIT)):
+            gap = sm.shortfall(product, current.get(key))
+            resolved[key] = gap["minimum"] if gap else ""
+    if current.get("fabricmanager") and not resolved["fabricmanager"]:
+        resolved["fabricmanager"] = resolved["driver"] or current.get("driver") or ""
+    return resolved

@@ -1,0 +1,128 @@
+"""Rolling upgrade benchmark (prints figures; no pass/fail).
+
+1. Rollout wall time against the ideal for 8 nodes at max_unavailable 1, 2 and 4 (max_parallel the same):
+   the real upgrade.yml, action plugins and maintenance steps against the Kubernetes API STAND-IN, with the
+   STAND-IN node side of the tests (tests/integration/upgrade_stub: a fixed install time per node). The ideal is
+   the time of one node alone x 8 / parallelism: what is lost on top is waiting for slots and the controller.
+2. The orchestration's own cost on a simulated 200-node rollout: 200 threads, one per node, each taking a
+   slot, walking the nine states (one label write each) and giving the slot back through the same
+   UpgradeApi the action plugins use, against the stand-in with 200 GPU nodes (node steps stubbed to nothing).
+   Reports wall time, API requests per node and Lease conflicts.
+
+Environment: UPGRADE_BENCH_NODE_SECONDS (stand-in install time per node, 3), UPGRADE_BENCH_LIMITS (1,2,4),
+UPGRADE_BENCH_SIM_NODES (200), UPGRADE_BENCH_SIM_PARALLEL (20), UPGRADE_BENCH_SIM_POLL (seconds between looks
+of a waiting node, 1.0).
+"""
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+sys.path.insert(0, os.path.join(REPO, ".cache", "collections"))
+
+from kube_api_standin import KubeApiStandin, Node  # noqa: E402
+from test_upgrade_rollout import Rollout  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro  # noqa: E402
+
+NODE_SECONDS = float(os.environ.get("UPGRADE_BENCH_NODE_SECONDS", "3"))
+LIMITS = [int(x) for x in os.environ.get("UPGRADE_BENCH_LIMITS", "1,2,4").split(",")]
+SIM_NODES = int(os.environ.get("UPGRADE_BENCH_SIM_NODES", "200"))
+SIM_PARALLEL = int(os.environ.get("UPGRADE_BENCH_SIM_PARALLEL", "20"))
+SIM_POLL = float(os.environ.get("UPGRADE_BENCH_SIM_POLL", "1.0"))
+
+
+class Dir(object):
+    """A pathlib-like temporary directory for Rollout."""
+
+    def __init__(self):
+        import pathlib
+        self.path = pathlib.Path(tempfile.mkdtemp(prefix="bench-upgrade-"))
+
+    def __truediv__(self, name):
+        return self.path / name
+
+
+def timed_rollout(nodes, limit):
+    with KubeApiStandin([Node("gpu-%d" % i) for i in range(1, nodes + 1)], pod_seconds=0.2) as api:
+        rollout = Rollout(Dir(), api, ["gpu-%d" % i for i in range(1, nodes + 1)], stub_install_seconds=NODE_SECONDS,
+                          gpunode_upgrade_max_unavailable=limit, gpunode_upgrade_max_parallel=limit,
+                          gpunode_upgrade_slot_timeout=3600)
+        started = time.monotonic()
+        rc, output = rollout.run()
+        if rc != 0:
+            raise SystemExit(output[-3000:])
+        return time.monotonic() - started, api.peak_unavailable
+
+
+def playbook_figures():
+    alone, _peak = timed_rollout(1, 1)
+    print("one node alone: %.1f s (stand-in install %.1f s of it)" % (alone, NODE_SECONDS))
+    print("%-16s %10s %10s %8s %6s" % ("max_unavailable", "wall s", "ideal s", "ratio", "peak"))
+    for limit in LIMITS:
+        wall, peak = timed_rollout(8, limit)
+        ideal = alone * 8 / limit
+        print("%-16d %10.1f %10.1f %8.2f %6d" % (limit, wall, ideal, wall / ideal, peak))
+
+
+def simulated_node(api, name, holder, errors):
+    try:
+        while True:
+            views = api.gpu_nodes("nvidia.com/gpu.present=true")
+            slots, lease = api.read_slots()
+            outcome = ro.acquire(name, views, slots, holder, SIM_PARALLEL, SIM_PARALLEL, time.time(), 3600,
+                                 lambda _h: True)
+            if outcome["granted"]:
+                try:
+                    api.write_slots(outcome["slots"], lease)
+                    break
+                except upgrade_api.Conflict:
+                    simulated_node.conflicts += 1
+                    continue
+            time.sleep(SIM_POLL)
+        for state in ro.STATES:
+            api.set_state(name, state)
+        api.update_slots(lambda table: ro.release(name, table, holder))
+    except Exception as exc:  # reported, the benchmark goes on
+        errors.append("%s: %s" % (name, exc))
+
+
+simulated_node.conflicts = 0
+
+
+def simulated_figures():
+    names = ["sim-%03d" % i for i in range(SIM_NODES)]
+    with KubeApiStandin([Node(name) for name in names], pod_seconds=0.2) as api:
+        kubeconfig = os.path.join(tempfile.mkdtemp(prefix="bench-upgrade-"), "kubeconfig")
+        api.write_kubeconfig(kubeconfig)
+        client = cv.connect(kubeconfig, pool_size=SIM_NODES)
+        upgrade = upgrade_api.UpgradeApi(client)
+        errors = []
+        threads = [threading.Thread(target=simulated_node, args=(upgrade, name, "bench/%s" % name, errors))
+                   for name in names]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.monotonic() - started
+        done = sum(1 for name in names if api.node(name)["metadata"]["labels"].get(ro.STATE_LABEL) == ro.DONE)
+        print(json.dumps({"nodes": SIM_NODES, "max_parallel": SIM_PARALLEL, "wall_s": round(wall, 1),
+                          "orchestration_ms_per_node": round(wall * 1000 / SIM_NODES, 1),
+                          "requests_per_node": round(len(api.requests) / float(SIM_NODES), 1),
+                          "lease_conflicts": simulated_node.conflicts, "done": done, "errors": errors[:3]}))
+
+
+if __name__ == "__main__":
+    print("== simulated %d-node rollout (orchestration only, stand-in API)" % SIM_NODES)
+    simulated_figures()
+    print("== 8 nodes, real playbook, stand-in node side of %.1f s per node" % NODE_SECONDS)
+    playbook_figures()
