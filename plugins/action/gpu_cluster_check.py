@@ -11,11 +11,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import sys
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
@@ -38,7 +36,6 @@ ARGUMENT_SPEC = dict(
     parallelism=dict(type="int", default=32),
     report_path=dict(type="path"),
 )
-INSTALL_HINT = "Install it on the controller: %s -m pip install kubernetes" % sys.executable
 
 
 def node_targets(nodes):
@@ -60,9 +57,7 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        if not cv.HAS_KUBERNETES:
-            raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="to run the cluster check"),
-                                               INSTALL_HINT))
+        cv.require_client("to run the cluster check")
         if args["timeout"] <= 0 or args["parallelism"] <= 0 or args["poll_interval"] <= 0:
             raise AnsibleActionFail("timeout, parallelism and poll_interval must be positive")
         try:

@@ -12,9 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpunode.nvidia.plugins.action.gpu_cluster_check import INSTALL_HINT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import node_maintenance as nm
@@ -40,9 +38,7 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        if not cv.HAS_KUBERNETES:
-            raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="for node maintenance"),
-                                               INSTALL_HINT))
+        cv.require_client("for node maintenance")
         if args["timeout"] <= 0 or args["retry_interval"] <= 0:
             raise AnsibleActionFail("timeout and retry_interval must be positive")
         if not args["owner"].strip():

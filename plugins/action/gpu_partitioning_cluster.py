@@ -11,11 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import sys
 import time
-
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import device_plugin_config as dpc
@@ -39,7 +35,6 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=600),
     retry_interval=dict(type="float", default=5.0),
 )
-INSTALL_HINT = "Install it on the controller: %s -m pip install kubernetes" % sys.executable
 
 
 class ActionModule(ValidatedAction):
@@ -48,14 +43,8 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        if not cv.HAS_KUBERNETES:
-            raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="to label the node"),
-                                               INSTALL_HINT))
-        try:
-            api = cv.connect(args["kubeconfig"], args["context"], pool_size=4)
-        except Exception as exc:  # the client raises several types for a bad kubeconfig
-            where = args["kubeconfig"] or "(default)"
-            return dict(result, failed=True, msg="cannot load kubeconfig %s: %s" % (where, exc))
+        cv.require_client("to label the node")
+        api = cv.connect_task(args)
         step = {"detect_operator": self._detect_operator, "mig_config": self._mig_config,
                 "sharing": self._sharing, "dra": self._dra}[args["step"]]
         try:

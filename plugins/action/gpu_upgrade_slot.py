@@ -14,9 +14,7 @@ __metaclass__ = type
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpunode.nvidia.plugins.action.gpu_cluster_check import INSTALL_HINT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
@@ -41,13 +39,8 @@ ARGUMENT_SPEC = dict(
 
 def connect(args):
     """UpgradeApi for the task's kubeconfig, or a clear failure (shared by gpu_upgrade_slot and gpu_upgrade_state)."""
-    if not cv.HAS_KUBERNETES:
-        raise AnsibleActionFail("%s %s" % (missing_required_lib("kubernetes", reason="to run the rolling upgrade"),
-                                           INSTALL_HINT))
-    try:
-        client = cv.connect(args["kubeconfig"], args["context"], pool_size=4)
-    except Exception as exc:  # the client raises several types for a bad kubeconfig
-        raise AnsibleActionFail("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
+    cv.require_client("to run the rolling upgrade")
+    client = cv.connect_task(args)
     return upgrade_api.UpgradeApi(client, args.get("lease_namespace") or "kube-system",
                                   args.get("lease_name") or "gpunode-upgrade")
 

@@ -36,13 +36,9 @@ description:
     O(report_path).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.kubernetes
 options:
-  kubeconfig:
-    description: The kubeconfig file on the controller. Default, C(KUBECONFIG) or C(~/.kube/config).
-    type: path
-  context:
-    description: The kubeconfig context. Default, its current context.
-    type: str
   namespace:
     description: Namespace of the verification pods.
     type: str

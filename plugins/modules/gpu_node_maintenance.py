@@ -40,13 +40,9 @@ description:
     Conflict) the step reads it again and decides again.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.kubernetes
 options:
-  kubeconfig:
-    description: The kubeconfig file on the controller. Default, C(KUBECONFIG) or C(~/.kube/config).
-    type: path
-  context:
-    description: The kubeconfig context. Default, its current context.
-    type: str
   node:
     description: The Kubernetes node name.
     type: str

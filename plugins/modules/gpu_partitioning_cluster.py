@@ -31,13 +31,9 @@ description:
   - Check mode reads only and says what would change.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.kubernetes
 options:
-  kubeconfig:
-    description: Kubeconfig on the controller (default the client's own lookup).
-    type: path
-  context:
-    description: Context of O(kubeconfig).
-    type: str
   node:
     description: The Kubernetes Node name of this GPU node.
     type: str

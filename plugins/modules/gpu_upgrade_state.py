@@ -32,13 +32,9 @@ description:
     failed node never moves to C(upgrade-done) directly.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.kubernetes
 options:
-  kubeconfig:
-    description: The kubeconfig file on the controller. Default, C(KUBECONFIG) or C(~/.kube/config).
-    type: path
-  context:
-    description: The kubeconfig context. Default, its current context.
-    type: str
   node:
     description: The Kubernetes Node name.
     type: str

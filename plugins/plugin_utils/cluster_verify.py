@@ -19,10 +19,12 @@ __metaclass__ = type
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain, explain_first
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
@@ -56,6 +58,31 @@ LOG_LIMIT = 4000
 
 class VerifyError(Exception):
     pass
+
+
+def _action_fail(msg):
+    # Imported here: importing ansible.errors marks the process as Ansible's controller, which the unit
+    # tests that import this module beside in-process modules must not do at collection time.
+    from ansible.errors import AnsibleActionFail  # pylint: disable=import-outside-toplevel
+
+    return AnsibleActionFail(msg)
+
+
+def require_client(reason):
+    """Fail the task, with Ansible's missing-library text and the line that installs it, without the package."""
+    from ansible.module_utils.basic import missing_required_lib  # pylint: disable=import-outside-toplevel
+
+    if not HAS_KUBERNETES:
+        raise _action_fail("%s Install it on the controller: %s -m pip install kubernetes" % (
+            missing_required_lib("kubernetes", reason=reason), sys.executable))
+
+
+def connect_task(args, pool_size=4):
+    """connect() for a task's kubeconfig and context options; a kubeconfig that cannot be loaded fails the task."""
+    try:
+        return connect(args["kubeconfig"], args["context"], pool_size=pool_size)
+    except Exception as exc:  # the client raises several types for a bad kubeconfig
+        raise _action_fail("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
 
 
 def connect(kubeconfig, context=None, pool_size=32):
