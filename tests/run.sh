@@ -13,7 +13,7 @@
 # caches take a lock of their own, and each Molecule scenario has a docker network of its own.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cd "$repo"
+cd "$repo" || exit 1
 export ANSIBLE_CONFIG=$repo/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$repo/.cache/collections
 export PATH=$repo/.venv/bin:$PATH
 python=$repo/.venv/bin/python

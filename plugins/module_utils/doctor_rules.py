@@ -119,8 +119,7 @@ CATALOGUE = (
     Rule("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
     Rule("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
     Rule("doctor-rule-error", "warning", None, "A diagnosis rule could not finish", check_rule_error),
-) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES + INTEGRITY_RULES + PARTITIONING_RULES
-                 + SECURITY_RULES)
+) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES + INTEGRITY_RULES + PARTITIONING_RULES + SECURITY_RULES)
 # ^ from doctor_health.py, doctor_firstboot.py, doctor_driver_integrity.py, doctor_partitioning.py, doctor_security.py
 RULES_BY_ID = dict((rule.id, rule) for rule in CATALOGUE)
 
