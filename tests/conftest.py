@@ -55,6 +55,7 @@ _support_oldest_ansible_core()
 
 # Property-based tests (tests/unit/test_*_properties.py): `ci` is bounded and derandomized (same examples
 # on every run, fast on a loaded machine) and the default; `make fuzz` selects `fuzz`.
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None, print_blob=True,
@@ -73,9 +74,9 @@ def _work_unit(item):
     return item.fspath.basename
 
 
+# tryfirst: xdist's worker reads the marks in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
-    import pytest  # pylint: disable=import-outside-toplevel
-
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
     items.sort(key=lambda item: not _work_unit(item).startswith("molecule-"))
