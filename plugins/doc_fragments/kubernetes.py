@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
-"""The kubeconfig options of the modules that talk to the Kubernetes API from the controller."""
+"""The kubeconfig options, requirement and test note of the modules that talk to the Kubernetes API from the controller."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -17,4 +17,9 @@ options:
   context:
     description: The kubeconfig context. Default, its current context.
     type: str
+requirements:
+  - kubernetes (the Python client) on the controller
+notes:
+  - Tested against a local Kubernetes API stand-in (no kube-apiserver can run on the test machines) with the
+    real C(kubernetes) client; no branch of this code knows about the stand-in.
 """

@@ -112,11 +112,6 @@ attributes:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: Runs on the controller; use C(run_once) in a play over the GPU nodes.
-requirements:
-  - kubernetes (the Python client) on the controller
-notes:
-  - Tested against a local Kubernetes API stand-in (no kube-apiserver can run on the test machines) with the
-    real C(kubernetes) client; no branch of this code knows about the stand-in.
 seealso:
   - module: gpunode.nvidia.gpu_workload_check
 """

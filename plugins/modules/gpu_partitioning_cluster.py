@@ -74,8 +74,6 @@ options:
     description: Seconds between reads of the state label.
     type: float
     default: 5.0
-requirements:
-  - kubernetes (Python client) on the controller
 """
 
 EXAMPLES = r"""
