@@ -67,8 +67,11 @@ source "docker" "gpu_node" {
 build {
   sources = ["source.docker.gpu_node"]
 
+  # The shell provisioner uploads its script before systemd has booted in the container, and
+  # systemd-tmpfiles empties /tmp at boot: the script would vanish under it. /var/tmp is kept.
   provisioner "shell" {
-    inline = var.prepare_commands
+    remote_folder = "/var/tmp"
+    inline        = var.prepare_commands
   }
 
   provisioner "ansible" {
@@ -85,7 +88,8 @@ build {
   }
 
   provisioner "shell" {
-    inline = var.finish_commands
+    remote_folder = "/var/tmp"
+    inline        = var.finish_commands
   }
 
   post-processor "docker-tag" {
