@@ -31,6 +31,7 @@ import os
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import (
     CRIClient, default_runtime_from_status, runtimes_from_status)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import SEARCH_DIRS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.http2_grpc import CRIError
 from ansible_collections.gpunode.nvidia.plugins.module_utils.toml_reader import TomlError, read_toml
 
@@ -43,8 +44,6 @@ CRI_V1 = "cri"
 CRI_PLUGIN_IDS = (CRI_V3_RUNTIME, CRI_V2, CRI_V1)
 # Any of these in disabled_plugins leaves kubelet without CRI.
 CRI_DISABLE_NAMES = (CRI_V1, CRI_V2, CRI_V3_RUNTIME, "io.containerd.cri.v1.images")
-# Directories containerd's shims search for a BinaryName without a slash (PATH of a systemd service).
-BINARY_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 DOCKER_BUILTIN = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
 CRIO_BUILTIN = ("runc", "crun")
 
@@ -417,7 +416,7 @@ def binary_exists(node, binary):
         return None, None
     if "/" in binary:
         return node.isfile(binary), binary
-    for directory in BINARY_PATH:
+    for directory in SEARCH_DIRS:  # a BinaryName without a slash: the shim searches its service's PATH
         candidate = directory + "/" + binary
         if node.isfile(candidate):
             return True, candidate

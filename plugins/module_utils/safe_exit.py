@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import bug_message
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import FileFault
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
 
@@ -27,26 +28,21 @@ def warn(module, msg):
     module.warn(mask_text(msg))
 
 
-# Where every bug message sends the user: the README says what to include and where to send it.
-HOW_TO_REPORT = 'please report it as "Reporting a problem" in the collection\'s README.md says'
-
-
 def unexpected_error(module_name, path):
     """The message for a bug: its type and where it happened, never its text (that may quote the file)."""
     kind, _value, trace = sys.exc_info()
     frames = traceback.extract_tb(trace)
     where = "%s:%d" % (os.path.basename(frames[-1][0]), frames[-1][1]) if frames else "unknown place"
-    return ("Unexpected error (%s at %s) in gpunode.nvidia.%s while working on %s; nothing was written. "
-            "This is a bug: %s, with the task's arguments, this message and the shape of the file "
-            "(not its credentials)." % (kind.__name__ if kind else "error", where, module_name, path, HOW_TO_REPORT))
+    return bug_message(module_name, path, kind.__name__ if kind else "error", where)
 
 
-def run_and_exit(module, module_name, path, run):
-    """exit_json with run(module)'s result masked; a filesystem fault or any unexpected exception becomes a failure."""
+def run_and_exit(module, module_name, path, run, masked=True):
+    """exit_json with run(module)'s result (masked unless MASKED is false); a filesystem fault or any
+    unexpected exception becomes a failure."""
     try:
         result = run(module)
     except FileFault as exc:
         fail(module, str(exc))
     except Exception:  # pylint: disable=broad-except  # no traceback ever reaches the user
         fail(module, unexpected_error(module_name, path))
-    module.exit_json(**mask_data(result))
+    module.exit_json(**(mask_data(result) if masked else result))

@@ -232,7 +232,6 @@ from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
-    FileFault,
     atomic_write,
     clear_debris,
     decode_utf8,
@@ -243,15 +242,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, run_holding
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import HOW_TO_REPORT
-
-SBIN_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin"]
-
-
-def find_binary(module, name):
-    if os.path.isabs(name):
-        return name if os.access(name, os.X_OK) else None
-    return module.get_bin_path(name, opt_dirs=SBIN_DIRS)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import find_binary
+from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import run_and_exit
 
 
 def run_on(module, command, target, shown_as):
@@ -360,18 +352,15 @@ def main():
         required_if=[("op", "check", ["content", "command"]), ("op", "write", ["content"])],
         supports_check_mode=True,
     )
-    try:
-        if module.params["lock"]:
-            result = run_holding(module, module.params["lock"], run, lambda _result: module.params["keep_lock"])
-        else:
-            result = run(module)
-    except FileFault as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # a bug must not reach the user as a traceback (nor show file content)
-        module.fail_json(msg="%s: unexpected %s in gpunode.nvidia.config_file; the file was left unchanged. "
-                             "This is a bug: %s, with the task's arguments (not the file content)."
-                             % (module.params["path"], type(exc).__name__, HOW_TO_REPORT))
-    module.exit_json(**result)
+    # Not masked: the controller edits the bytes this returns, and masks whatever it shows.
+    run_and_exit(module, "config_file", module.params["path"], run_locked, masked=False)
+
+
+def run_locked(module):
+    """run() under the node lock when the controller passed one."""
+    if module.params["lock"]:
+        return run_holding(module, module.params["lock"], run, lambda _result: module.params["keep_lock"])
+    return run(module)
 
 
 def run(module):

@@ -294,6 +294,7 @@ lock_taken_over:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import DEFAULT_BINARY
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS
 
 # The same options as the action plugin validates (tests/unit/test_module_docs.py keeps them equal),
@@ -301,7 +302,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LO
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),
     name=dict(type="str", default="nvidia"),
-    binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
+    binary=dict(type="str", default=DEFAULT_BINARY),
     set_as_default=dict(type="bool", default=False),
     cdi=dict(type="bool", default=False),
     state=dict(type="str", choices=["present", "absent"], default="present"),

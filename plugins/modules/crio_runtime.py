@@ -168,25 +168,18 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
-from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
+    DEFAULT_BINARY, binary_problem, find_binary)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
-
-
-def binary_exists(module, binary):
-    if os.sep in binary:
-        return os.path.isfile(binary) and os.access(binary, os.X_OK)
-    return module.get_bin_path(binary) is not None
 
 
 def check_request(module):
     params = module.params
-    if params["state"] != "present" or binary_exists(module, params["binary"]):
-        return
-    if params["set_as_default"] and not params["allow_missing_binary"]:
-        fail(module, "Refusing to make %r CRI-O's default runtime: %s is not on this node, so every pod "
-                     "would fail to start. Install the NVIDIA Container Toolkit first, or set "
-                     "allow_missing_binary=true if it is installed later." % (params["name"], params["binary"]))
-    warn(module, missing_binary_warning(params["binary"], params["name"]))
+    refusal, warning = binary_problem(params, params["path"], find_binary(module, params["binary"]) is not None)
+    if refusal:
+        fail(module, refusal)
+    if warning:
+        warn(module, warning)
 
 
 def temp_dir(path):
@@ -251,7 +244,7 @@ ARGUMENT_SPEC = dict(
     path=dict(type="path", default="/etc/crio/crio.conf.d/99-nvidia.toml"),
     main_config=dict(type="path", default="/etc/crio/crio.conf"),
     name=dict(type="str", default="nvidia"),
-    binary=dict(type="str", default="/usr/bin/nvidia-container-runtime"),
+    binary=dict(type="str", default=DEFAULT_BINARY),
     runtime_root=dict(type="path"),
     set_as_default=dict(type="bool", default=False),
     allow_missing_binary=dict(type="bool", default=False),

@@ -65,8 +65,10 @@ options:
     description:
       - The runtime executable, written as C(runtimes.<name>.path). A bare name is looked up on
         dockerd's C(PATH) when a container starts.
+      - The same default as the containerd and CRI-O editors (earlier versions of this module wrote the bare
+        name C(nvidia-container-runtime); a file that names it is updated to the path once).
     type: str
-    default: nvidia-container-runtime
+    default: /usr/bin/nvidia-container-runtime
   runtime_args:
     description:
       - Written as C(runtimes.<name>.runtimeArgs) when not empty, or when the runtime already has
@@ -233,23 +235,14 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
-from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_binary import missing_binary_warning
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
+    DEFAULT_BINARY, binary_problem, find_binary)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
-
-SEARCH_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"]
-
-
-def find_executable(module, name):
-    """Absolute path of an executable (a bare name is looked up on PATH), or None."""
-    if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    return module.get_bin_path(name, opt_dirs=SEARCH_DIRS)
-
 
 def dockerd_facts(module):
     """(dockerd path or None, version or None, whether it has --validate)."""
     name = module.params["dockerd_binary"]
-    binary = find_executable(module, name)
+    binary = find_binary(module, name)
     if binary is None:
         if os.sep in name:
             fail(module, "dockerd_binary %s does not exist or is not executable." % name)
@@ -313,16 +306,11 @@ def check_request(module):
     params = module.params
     if params["name"] in docker_config.RESERVED_RUNTIME_NAMES:
         fail(module, "Runtime name %r is reserved by dockerd; choose another name." % params["name"])
-    if params["state"] != "present":
-        return
-    if find_executable(module, params["binary"]) is not None:
-        return
-    if params["set_as_default"] and not params["allow_missing_binary"]:
-        fail(module, "Refusing to make %r the default runtime: its binary %s is not on this node, "
-                     "so every container would fail to start. Install the NVIDIA Container Toolkit "
-                     "first, or set allow_missing_binary=true if it is installed later (for example "
-                     "in an image build)." % (params["name"], params["binary"]))
-    warn(module, missing_binary_warning(params["binary"], params["name"]))
+    refusal, warning = binary_problem(params, params["path"], find_binary(module, params["binary"]) is not None)
+    if refusal:
+        fail(module, refusal)
+    if warning:
+        warn(module, warning)
 
 
 def plan(module, path, before_text):
@@ -402,7 +390,7 @@ def diff(path, before, after):
 ARGUMENT_SPEC = dict(
     path=dict(type="path", default="/etc/docker/daemon.json"),
     name=dict(type="str", default="nvidia"),
-    binary=dict(type="str", default="nvidia-container-runtime"),
+    binary=dict(type="str", default=DEFAULT_BINARY),
     runtime_args=dict(type="list", elements="str", default=[]),
     set_as_default=dict(type="bool", default=False),
     allow_missing_binary=dict(type="bool", default=False),

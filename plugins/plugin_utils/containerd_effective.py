@@ -19,9 +19,13 @@ try:
 except ImportError:  # reported by containerd_toml.require_tomlkit() with the install line
     tomlkit = None
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_value
+import copy
+import posixpath
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text, mask_value
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
-    CRI_DUMP_PLUGINS, get_path, require_tomlkit)
+    CRI_DUMP_PLUGINS, ConfigError, get_path, parse, require_tomlkit)
 
 
 class GuardError(Exception):
@@ -121,3 +125,95 @@ def check_effect(dump, plan, binary, set_as_default, state):
     elif table is not None:
         problems.append("runtime %r would still be loaded (another file defines it)" % plan.name)
     return problems
+
+
+def candidate_files(edit, files, globs, containerd_version):
+    """(root text, companions) for the guard: the root's imports list every file of the edited state in
+    containerd's order; changed files (and files with imports of their own, their imports emptied: the root's
+    list already holds what they import, in order) become companions in the node's private directory."""
+    contents = edit.contents(files)
+    if len(files.files) == 1 and set(edit.changes) <= set([files.root.path]):
+        return contents[files.root.path], []
+    candidate = imports_mod.from_contents(files.root.path, contents, containerd_version, globs)
+    entries, companions = [], []
+    for index, config in enumerate(candidate.files[1:]):
+        if config.path in edit.changes or config.imports():
+            name = "%02d-%s" % (index, posixpath.basename(config.path))
+            companions.append(dict(name=name, path=config.path,
+                                   content=imports_mod.replace_imports(config.text, [], config.path)))
+            entries.append(name)
+        else:
+            entries.append(config.path)
+    return imports_mod.replace_imports(candidate.root.text, entries, files.root.path), companions
+
+
+def check_loaded_files(files, dump):
+    """containerd 1.x lists the files it loaded in `config dump`: they must be the ones resolved here."""
+    if dump is None or not files.semantics.replaces_plugin_tables or not isinstance(dump.get("imports"), list):
+        return
+    if sorted(dump["imports"]) != sorted(files.paths()):
+        raise ConfigError(
+            "%s: containerd loads %s, but this module found %s; it edits only what it can see exactly, so nothing "
+            "was written. Please report this with the files attached." % (files.root.path, sorted(dump["imports"]),
+                                                                          sorted(files.paths())))
+
+
+def without_imports(dump):
+    """The effective config minus the informational list of files (it changes with a drop-in)."""
+    dump = copy.copy(dump)
+    dump.pop("imports", None)
+    return dump
+
+
+def absolute_imports(text, files, path):
+    """The candidate is checked from a private directory on the node, not beside PATH: its relative
+    `imports` are given as the absolute paths they stand for beside PATH."""
+    entries = parse(text, path).get("imports") or []
+    absolute = [files.semantics.absolute(entry, path) for entry in entries]
+    return imports_mod.replace_imports(text, absolute, path) if absolute != entries else text
+
+
+def _guard_cause(files, unintended):
+    """The likeliest reason containerd reads the edited files otherwise than planned, from what is known."""
+    lost_runtimes = sorted(set(item.split(".runtimes.")[1].split(".")[0] for item in unintended
+                               if ".containerd.runtimes." in item and "(would be lost" in item))
+    if files.semantics.replaces_plugin_tables and len(files.files) > 1:
+        return ("With containerd 1.x an imported file replaces the whole CRI plugin table of the files read before "
+                "it; %s loads %s. Edit the file that holds the CRI plugin table (or merge the drop-ins into %s)."
+                % (files.root.path, ", ".join(files.paths()), files.root.path))
+    if files.semantics.replaces_plugin_tables and lost_runtimes:
+        return ("containerd 1.x drops its built-in runtimes (%s) from a file that lists any runtime, and this edit "
+                "did not write them out. Define them in %s as `config dump` shows them, and run again."
+                % (", ".join(lost_runtimes), files.root.path))
+    conflicts = files.version_conflicts()
+    if conflicts:
+        return ("The loaded files have different `version` headers (%s: %s; %s), which containerd migrates "
+                "separately. Give them the same version and run again."
+                % (files.root.path, files.root.version,
+                   ", ".join("%s: %s" % (config.path, version) for config, version in conflicts)))
+    return ("containerd %s reads %s (config version %s) otherwise than this module planned. Compare "
+            "`containerd --config %s config dump` with the file, and report the file (credentials removed) if it "
+            "is valid." % (files.semantics.name(), ", ".join(files.paths()), files.root.version, files.root.path))
+
+
+def guard_message(args, edit, files, unintended, problems):
+    """Why the guard refused: what would be lost or changed, and the likeliest cause."""
+    lines = ["%s: the edit would not do only what was asked in containerd's effective config "
+             "(`containerd config dump`), so nothing was written." % ", ".join(edit.changes)]
+    if unintended:
+        lines.append("Settings that would be lost or changed:")
+        lines.extend("  - " + mask_text(item) for item in unintended[:40])
+    if problems:
+        lines.append("The change would not take effect:")
+        lines.extend("  - " + item for item in problems)
+    if args["drop_in"] and files.semantics.replaces_plugin_tables and args["state"] == "present":
+        lines.append(
+            "containerd 1.x lets an imported file REPLACE the whole CRI plugin table of the files read before "
+            "it, so a drop-in holding only the %r runtime would take sandbox_image, SystemdCgroup, runc and "
+            "registry settings away. This module does not copy the whole table into %s (later edits of %s "
+            "would then silently stop working). Leave drop_in unset to add the runtime to %s in place, or "
+            "upgrade to containerd 2.x, which merges drop-ins key by key."
+            % (args["name"], args["drop_in"], files.root.path, files.root.path))
+    else:
+        lines.append(_guard_cause(files, unintended))
+    return "\n".join(lines)

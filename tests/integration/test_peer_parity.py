@@ -14,29 +14,17 @@ STARTED on the edited file and must list the runtime over CRI; where the existin
 (the minimal config of tests/integration/daemons.py), one is started through `nvidia`. The runtime binary
 there is the STAND-IN tests/testbed/stand-ins/nvidia-container-runtime (records its call, execs runc).
 """
-import importlib
 import subprocess
 
 import pytest
-from ansible.module_utils import _internal
 
 import daemons
 from ansible_runner import run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_plan, containerd_target
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, get_path
-
-
-def controller_action():
-    """The containerd action's module, imported as the unit tests do: importing a controller plugin marks the
-    process as Ansible's controller, and modules run in-process later (unit tests collected in the same
-    session) would then send their warnings to the display instead of their results."""
-    was_controller = _internal.is_controller
-    try:
-        return importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
-    finally:
-        _internal.is_controller = was_controller
 
 
 BINARY = "/usr/bin/nvidia-container-runtime"
@@ -291,16 +279,15 @@ def version_of(dist):
 
 def edited(dist, text, tmp_path, **args):
     """(new text, dump before, dump after, edit) of the planner and the guard's checks, as the module runs them."""
-    action = controller_action()
     before = config_dump(dist, text, tmp_path)
-    files = containerd_imports.from_contents(action.DEFAULT_PATH, {action.DEFAULT_PATH: text}, version_of(dist), {})
+    files = containerd_imports.from_contents(containerd_target.DEFAULT_PATH, {containerd_target.DEFAULT_PATH: text}, version_of(dist), {})
     plan_args = dict(name="nvidia", binary=BINARY, set_as_default=False, cdi=False, state="present", drop_in=None,
                      validate=True)
     plan_args.update(args)
-    edit = action.plan_edit(plan_args, files, {"exists": True}, before)
-    new_text = edit.changes.get(action.DEFAULT_PATH, text)
+    edit = containerd_plan.plan_edit(plan_args, files, {"exists": True}, before)
+    new_text = edit.changes.get(containerd_target.DEFAULT_PATH, text)
     after = config_dump(dist, new_text, tmp_path)
-    _intended, unintended = effective.compare(action._without_imports(before), action._without_imports(after),
+    _intended, unintended = effective.compare(effective.without_imports(before), effective.without_imports(after),
                                               "nvidia", plan_args["state"])
     assert unintended == [], unintended
     assert effective.check_effect(after, edit.plan, BINARY, plan_args["set_as_default"], plan_args["state"]) == []

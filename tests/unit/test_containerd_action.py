@@ -4,6 +4,9 @@ import importlib
 import pytest
 
 from ansible.module_utils import _internal
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_plan as planning
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_target as targets
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError
 
 
@@ -113,8 +116,8 @@ def test_kubelet_on_docker_points_to_the_docker_module(resolve):
 
 
 @pytest.mark.parametrize("target,managed", [(AL2023, True), (K3S, True), (SNAP, False), (None, False)])
-def test_platforms_that_write_their_own_config_are_left_alone(action, target, managed):
-    assert action._platform_writes_config(target) is managed
+def test_platforms_that_write_their_own_config_are_left_alone(target, managed):
+    assert targets.platform_writes_config(target) is managed
 
 
 # ---------------------------------------------------------------- drop-ins: where the runtime is edited
@@ -160,41 +163,41 @@ def edit_args(**overrides):
     return args
 
 
-def planned(action, contents, version, **overrides):
+def planned(contents, version, **overrides):
     from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
     files = containerd_imports.from_contents(ROOT, contents, version, {})
-    return files, action.plan_edit(edit_args(**overrides), files, {"exists": True}, None)
+    return files, planning.plan_edit(edit_args(**overrides), files, {"exists": True}, None)
 
 
 @pytest.mark.parametrize("version", [CTRD_17, CTRD_21])
-def test_nvidia_dropin_is_updated_in_place_not_duplicated(action, version):
-    files, edit = planned(action, {ROOT: MAIN, NVIDIA_FILE: NVIDIA}, version)
+def test_nvidia_dropin_is_updated_in_place_not_duplicated(version):
+    files, edit = planned({ROOT: MAIN, NVIDIA_FILE: NVIDIA}, version)
     assert list(edit.changes) == [NVIDIA_FILE] and edit.defined_in == NVIDIA_FILE
     assert '/opt/nvidia/bin/nvidia-container-runtime' in edit.changes[NVIDIA_FILE]
     assert edit.changes[NVIDIA_FILE].count("runtimes.nvidia]") == 1
 
 
-def test_1x_settings_hidden_by_a_dropin_are_named(action):
+def test_1x_settings_hidden_by_a_dropin_are_named():
     main = MAIN.replace('sandbox_image = "registry.k8s.io/pause:3.9"', 'sandbox_image = "mirror.local/pause:3.9"')
-    files, edit = planned(action, {ROOT: main, NVIDIA_FILE: NVIDIA}, CTRD_17)
-    assert action.hidden_settings(files) == ['plugins."io.containerd.grpc.v1.cri".sandbox_image']
+    files, edit = planned({ROOT: main, NVIDIA_FILE: NVIDIA}, CTRD_17)
+    assert planning.hidden_settings(files) == ['plugins."io.containerd.grpc.v1.cri".sandbox_image']
     assert any("have no effect" in w and "sandbox_image" in w and "mirror.local" not in w for w in edit.warnings)
 
 
-def test_default_set_by_a_later_dropin_is_changed_there(action):
+def test_default_set_by_a_later_dropin_is_changed_there():
     dropin = 'version = 2\n[%s.containerd]\n  default_runtime_name = "runc"\n' % V2
     main = MAIN + '    [%s.containerd.runtimes.nvidia]\n      runtime_type = "io.containerd.runc.v2"\n' % V2
-    files, edit = planned(action, {ROOT: main, "/etc/containerd/conf.d/50-default.toml": dropin}, CTRD_21,
+    files, edit = planned({ROOT: main, "/etc/containerd/conf.d/50-default.toml": dropin}, CTRD_21,
                           set_as_default=True)
     # 2.x: the runtime stays where it is defined; the default must change where containerd reads it last.
     assert edit.defined_in == ROOT
     assert 'default_runtime_name = "nvidia"' in edit.changes["/etc/containerd/conf.d/50-default.toml"]
 
 
-def test_new_dropin_has_the_root_version_and_inherits_systemd_cgroup(action):
+def test_new_dropin_has_the_root_version_and_inherits_systemd_cgroup():
     main = MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
     dropin = "/etc/containerd/gpu/50-nvidia.toml"
-    files, edit = planned(action, {ROOT: main}, CTRD_21, drop_in=dropin)
+    files, edit = planned({ROOT: main}, CTRD_21, drop_in=dropin)
     assert edit.order == [dropin, ROOT]
     written = edit.changes[dropin]
     assert "version = 2\n" in written  # the root's version, although containerd 2.1 writes 3
@@ -203,56 +206,56 @@ def test_new_dropin_has_the_root_version_and_inherits_systemd_cgroup(action):
     assert edit.write_order(ROOT) == [(dropin, written), (ROOT, edit.changes[ROOT])]
 
 
-def test_dropin_under_an_existing_glob_needs_no_import_line(action):
-    files, edit = planned(action, {ROOT: MAIN}, CTRD_21, drop_in="/etc/containerd/conf.d/50-nvidia.toml")
+def test_dropin_under_an_existing_glob_needs_no_import_line():
+    files, edit = planned({ROOT: MAIN}, CTRD_21, drop_in="/etc/containerd/conf.d/50-nvidia.toml")
     assert list(edit.changes) == ["/etc/containerd/conf.d/50-nvidia.toml"]
 
 
-def test_absent_with_dropin_removes_file_and_import_line(action):
+def test_absent_with_dropin_removes_file_and_import_line():
     main = MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
     dropin = "/etc/containerd/gpu/50-nvidia.toml"
-    _files, added = planned(action, {ROOT: main}, CTRD_21, drop_in=dropin, set_as_default=True)
+    _files, added = planned({ROOT: main}, CTRD_21, drop_in=dropin, set_as_default=True)
     state = {ROOT: added.changes[ROOT], dropin: added.changes[dropin]}
-    files, removed = planned(action, state, CTRD_21, drop_in=dropin, state="absent")
+    files, removed = planned(state, CTRD_21, drop_in=dropin, state="absent")
     assert removed.changes == {dropin: None, ROOT: main}
     assert removed.write_order(ROOT) == [(ROOT, main), (dropin, None)]
 
 
-def test_absent_keeps_a_dropin_that_holds_other_settings(action):
+def test_absent_keeps_a_dropin_that_holds_other_settings():
     dropin = "/etc/containerd/conf.d/50-nvidia.toml"
     text = ('version = 2\n[debug]\n  level = "debug"\n[%s.containerd.runtimes.nvidia]\n'
             '  runtime_type = "io.containerd.runc.v2"\n' % V2)
-    files, edit = planned(action, {ROOT: MAIN, dropin: text}, CTRD_21, drop_in=dropin, state="absent")
+    files, edit = planned({ROOT: MAIN, dropin: text}, CTRD_21, drop_in=dropin, state="absent")
     assert edit.changes == {dropin: 'version = 2\n[debug]\n  level = "debug"\n'}
 
 
 @pytest.mark.parametrize("dropin_version,reason", [(3, "2.3.0 to 2.3.4 refuse to start"), (1, "")])
-def test_dropin_with_another_version_is_never_written(action, dropin_version, reason):
+def test_dropin_with_another_version_is_never_written(dropin_version, reason):
     text = NVIDIA.replace("version = 2\n", "version = %d\n" % dropin_version if dropin_version > 1 else "")
     with pytest.raises(ConfigError) as err:
-        planned(action, {ROOT: MAIN, NVIDIA_FILE: text}, CTRD_21)
+        planned({ROOT: MAIN, NVIDIA_FILE: text}, CTRD_21)
     assert "never writes a drop-in whose version differs" in str(err.value) and reason in str(err.value)
 
 
-def test_higher_version_dropin_elsewhere_is_warned_about(action):
+def test_higher_version_dropin_elsewhere_is_warned_about():
     other = "/etc/containerd/conf.d/10-v3.toml"
-    files, edit = planned(action, {ROOT: MAIN, other: "version = 3\n"}, CTRD_21)
+    files, edit = planned({ROOT: MAIN, other: "version = 3\n"}, CTRD_21)
     assert edit.defined_in == ROOT
     assert any("2.3.0 to 2.3.4" in w and other in w for w in edit.warnings)
 
 
-def test_dropin_must_not_be_the_root(action):
+def test_dropin_must_not_be_the_root():
     with pytest.raises(ConfigError, match="is the root config file itself"):
-        planned(action, {ROOT: MAIN}, CTRD_21, drop_in=ROOT)
+        planned({ROOT: MAIN}, CTRD_21, drop_in=ROOT)
 
 
-def test_guard_copy_lists_every_file_in_order(action):
+def test_guard_copy_lists_every_file_in_order():
     nested = "/etc/containerd/conf.d/50-nested.toml"
     contents = {ROOT: MAIN, NVIDIA_FILE: NVIDIA, nested: 'version = 2\nimports = ["/etc/containerd/extra.toml"]\n',
                 "/etc/containerd/extra.toml": "version = 2\n"}
-    files, edit = planned(action, contents, CTRD_21)
+    files, edit = planned(contents, CTRD_21)
     globs = {"/etc/containerd/conf.d/*.toml": [nested, NVIDIA_FILE]}
-    root_text, companions = action.candidate_files(edit, files, globs, CTRD_21)
+    root_text, companions = effective.candidate_files(edit, files, globs, CTRD_21)
     assert 'imports = ["00-50-nested.toml", "01-99-nvidia.toml", "/etc/containerd/extra.toml"]' in root_text
     assert [(c["name"], c["path"]) for c in companions] == [
         ("00-50-nested.toml", nested), ("01-99-nvidia.toml", NVIDIA_FILE)]
@@ -263,42 +266,42 @@ def test_guard_copy_lists_every_file_in_order(action):
 @pytest.mark.parametrize("version,extra", [(CTRD_17, {}), (CTRD_21, {}),
                                            (CTRD_21, {"drop_in": "/etc/containerd/gpu/50-nvidia.toml",
                                                       "set_as_default": True})])
-def test_second_run_changes_nothing(action, version, extra):
+def test_second_run_changes_nothing(version, extra):
     contents = {ROOT: MAIN, NVIDIA_FILE: NVIDIA}
     if extra:
         contents = {ROOT: MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")}
-    _files, first = planned(action, contents, version, **extra)
+    _files, first = planned(contents, version, **extra)
     assert first.changed
     contents.update(first.changes)
-    _files, second = planned(action, contents, version, **extra)
+    _files, second = planned(contents, version, **extra)
     assert second.changes == {}
 
 
 @pytest.mark.parametrize("version,refused", [(CTRD_17, True), (None, True), (CTRD_21, False)])
-def test_unguarded_dropin_only_where_containerd_merges(action, version, refused):
+def test_unguarded_dropin_only_where_containerd_merges(version, refused):
     main = MAIN.replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
     dropin = "/etc/containerd/gpu/50-nvidia.toml"
-    files, edit = planned(action, {ROOT: main}, version, drop_in=dropin)
+    files, edit = planned({ROOT: main}, version, drop_in=dropin)
     args = edit_args(drop_in=dropin, validate=False)
     if refused:
         with pytest.raises(ConfigError, match="replace the whole CRI plugin table"):
-            action._refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
+            planning.refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
     else:
-        action._refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
+        planning.refuse_unchecked_drop_in(args, edit, files, {"binary_version": version})
 
 
-def test_dropin_must_be_absolute(action):
+def test_dropin_must_be_absolute():
     with pytest.raises(ConfigError, match="must be an absolute path"):
-        planned(action, {ROOT: MAIN}, CTRD_21, drop_in="conf.d/50-nvidia.toml")
+        planned({ROOT: MAIN}, CTRD_21, drop_in="conf.d/50-nvidia.toml")
 
 
-def test_absent_with_dropin_gives_back_a_crun_default(action):
+def test_absent_with_dropin_gives_back_a_crun_default():
     main = ('version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "crun"\n'
             '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]\n  runtime_type = "io.containerd.runc.v2"\n')
     dropin = "/etc/containerd/conf.d/50-nvidia.toml"
-    _files, added = planned(action, {ROOT: main}, CTRD_21, drop_in=dropin, set_as_default=True)
+    _files, added = planned({ROOT: main}, CTRD_21, drop_in=dropin, set_as_default=True)
     state = {ROOT: added.changes[ROOT], dropin: added.changes[dropin]}
-    _files, removed = planned(action, state, CTRD_21, drop_in=dropin, state="absent")
+    _files, removed = planned(state, CTRD_21, drop_in=dropin, state="absent")
     assert removed.changes == {dropin: None, ROOT: main}
 
 
@@ -318,7 +321,7 @@ def test_unexpected_exception_becomes_a_failure_naming_the_file_without_its_cont
     result = plugin.run(task_vars={})
     assert result["failed"] and not result["changed"]
     assert result["msg"].startswith("/etc/containerd/config.toml: unexpected KeyError")
-    assert "bug" in result["msg"] and "left unchanged" in result["msg"]
+    assert "This is a bug" in result["msg"] and "nothing was written" in result["msg"]
     assert "s3cr3t" not in result["msg"]
 
 

@@ -3,11 +3,10 @@ runs it, with only the binary changed; v1 files with the deprecated `default_run
 gives back what present found; errors at the end of a file. Dumps here are trimmed copies of real
 `containerd config dump` output (1.6.20, 1.7.24, 2.1.9); tests/integration/test_peer_parity.py proves the
 same cases against the real daemons."""
-import importlib
 
 import pytest
 
-from ansible.module_utils import _internal
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective, containerd_plan
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports, containerd_toml
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     ConfigError, parse, plan_runtime_edit)
@@ -128,15 +127,6 @@ def test_v1_default_runtime_file_keeps_runc_and_inherits_its_options(version):
 
 # ---------------------------------------------------------------- drop-ins (controller action)
 
-@pytest.fixture(scope="module")
-def action():
-    was_controller = _internal.is_controller
-    try:
-        yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
-    finally:
-        _internal.is_controller = was_controller
-
-
 def edit_args(**overrides):
     args = dict(name="nvidia", binary=BINARY, set_as_default=False, cdi=False, state="present", drop_in=None,
                 validate=True)
@@ -144,9 +134,9 @@ def edit_args(**overrides):
     return args
 
 
-def planned(action, contents, version, dump=None, exists=True, **overrides):
+def planned(contents, version, dump=None, exists=True, **overrides):
     files = containerd_imports.from_contents(ROOT, contents, version, {})
-    return files, action.plan_edit(edit_args(**overrides), files, {"exists": exists}, dump)
+    return files, containerd_plan.plan_edit(edit_args(**overrides), files, {"exists": exists}, dump)
 
 
 KIND_V2 = ('version = 2\n[%s]\n  sandbox_image = "registry.k8s.io/pause:3.10"\n[%s.containerd]\n'
@@ -155,10 +145,10 @@ KIND_V2 = ('version = 2\n[%s]\n  sandbox_image = "registry.k8s.io/pause:3.10"\n[
            '    SystemdCgroup = true\n') % (CRI2, CRI2, CRI2, CRI2)
 
 
-def test_drop_in_on_containerd_2_copies_the_whole_runtime_kind_uses(action):
+def test_drop_in_on_containerd_2_copies_the_whole_runtime_kind_uses():
     dropin = "/etc/containerd/conf.d/99-nvidia.toml"
     effective = dump_2x(base_runtime_spec="/etc/containerd/cri-base.json", options={"SystemdCgroup": True})
-    _files, edit = planned(action, {ROOT: KIND_V2}, V21, dump=effective, drop_in=dropin)
+    _files, edit = planned({ROOT: KIND_V2}, V21, dump=effective, drop_in=dropin)
     assert edit.runtime == {"runtime_type": "io.containerd.runc.v2", "sandboxer": "podsandbox",
                             "base_runtime_spec": "/etc/containerd/cri-base.json",
                             "options": {"SystemdCgroup": True, "BinaryName": BINARY}}
@@ -169,30 +159,30 @@ class _Changed(object):
     changes = {ROOT: ""}
 
 
-def guard_message(action, contents, version, unintended):
+def guard_message(contents, version, unintended):
     files = containerd_imports.from_contents(ROOT, contents, version, {})
-    return action.ActionModule._guard_message(edit_args(), _Changed(), files, unintended, [])
+    return containerd_effective.guard_message(edit_args(), _Changed(), files, unintended, [])
 
 
-def test_guard_names_lost_builtin_runtimes_not_imports_in_a_file_without_imports(action):
+def test_guard_names_lost_builtin_runtimes_not_imports_in_a_file_without_imports():
     lost = ['plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.runtime_type (would be lost; was '
             "'io.containerd.runc.v2')"]
-    message = guard_message(action, {ROOT: LEGACY_V1}, V16, lost)
+    message = guard_message({ROOT: LEGACY_V1}, V16, lost)
     assert "containerd 1.x drops its built-in runtimes (runc) from a file that lists any runtime" in message
     assert "imported file" not in message
 
 
-def test_guard_names_the_imports_when_there_are_some(action):
+def test_guard_names_the_imports_when_there_are_some():
     dropin = "/etc/containerd/conf.d/10-cri.toml"
     contents = {ROOT: 'version = 2\nimports = ["%s"]\n' % dropin, dropin: KIND_V2}
-    message = guard_message(action, contents, V17, ["x (would change from 1 to 2)"])
+    message = guard_message(contents, V17, ["x (would change from 1 to 2)"])
     assert "an imported file replaces the whole CRI plugin table" in message and dropin in message
 
 
-def test_guard_names_version_headers_that_differ(action):
+def test_guard_names_version_headers_that_differ():
     dropin = "/etc/containerd/conf.d/10-cri.toml"
     contents = {ROOT: 'version = 3\nimports = ["%s"]\n' % dropin, dropin: KIND_V2}
-    message = guard_message(action, contents, V21, ["x (would change from 1 to 2)"])
+    message = guard_message(contents, V21, ["x (would change from 1 to 2)"])
     assert "different `version` headers (%s: 3; %s: 2)" % (ROOT, dropin) in message
     assert "imported file replaces" not in message
 
@@ -219,31 +209,31 @@ def test_absent_never_leaves_an_empty_runtimes_table():
 
 @pytest.mark.parametrize("version", [V16, V17])
 @pytest.mark.parametrize("options", [{}, {"set_as_default": True}])
-def test_present_absent_present_on_a_missing_file_round_trips(action, version, options):
-    _files, added = planned(action, {ROOT: ""}, version, exists=False, **options)
+def test_present_absent_present_on_a_missing_file_round_trips(version, options):
+    _files, added = planned({ROOT: ""}, version, exists=False, **options)
     created = added.changes[ROOT]
     assert "# containerd's built-in runtime" in created
-    _files, removed = planned(action, {ROOT: created}, version, state="absent")
+    _files, removed = planned({ROOT: created}, version, state="absent")
     assert removed.changes == {ROOT: None}  # the file present created is removed
-    _files, again = planned(action, {ROOT: ""}, version, exists=False, **options)
+    _files, again = planned({ROOT: ""}, version, exists=False, **options)
     assert again.changes == {ROOT: created}
 
 
 @pytest.mark.parametrize("text", ["version = 2\n", "# managed by hand\nversion = 2\n",
                                   'version = 2\n[%s.containerd]\n  snapshotter = "overlayfs"\n' % CRI2])
-def test_absent_after_present_gives_back_the_original_file_on_containerd_1(action, text):
-    _files, added = planned(action, {ROOT: text}, V17, set_as_default=True)
-    _files, removed = planned(action, {ROOT: added.changes[ROOT]}, V17, state="absent")
+def test_absent_after_present_gives_back_the_original_file_on_containerd_1(text):
+    _files, added = planned({ROOT: text}, V17, set_as_default=True)
+    _files, removed = planned({ROOT: added.changes[ROOT]}, V17, state="absent")
     assert removed.changes[ROOT] == text
 
 
-def test_absent_on_1x_removes_our_drop_in_and_its_import_line(action):
+def test_absent_on_1x_removes_our_drop_in_and_its_import_line():
     dropin = "/etc/containerd/conf.d/99-nvidia.toml"
     root = 'version = 2\nimports = ["%s"]\n' % dropin
     contents = {ROOT: 'version = 2\n', dropin: None}
-    _files, added = planned(action, contents, V17, drop_in=dropin)
+    _files, added = planned(contents, V17, drop_in=dropin)
     assert added.changes[ROOT] == root and "# containerd's built-in runtime" in added.changes[dropin]
-    _files, removed = planned(action, {ROOT: root, dropin: added.changes[dropin]}, V17, drop_in=dropin,
+    _files, removed = planned({ROOT: root, dropin: added.changes[dropin]}, V17, drop_in=dropin,
                               state="absent")
     assert removed.changes == {dropin: None, ROOT: "version = 2\n"}
 

@@ -320,7 +320,7 @@ def test_module_creates_missing_file_and_absent_on_missing_does_nothing(capsys, 
     assert result["changed"] is False and not path.exists()
     result = run(capsys, path=str(path), systemd_root=str(tmp_path))
     assert result["changed"] is True
-    assert json.loads(path.read_text()) == {"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}
+    assert json.loads(path.read_text()) == {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o644
 
 
@@ -347,7 +347,7 @@ def test_module_malformed_json_fails_and_leaves_file(capsys, tmp_path):
 def test_module_refuses_default_without_binary(capsys, daemon_json, tmp_path):
     result = run(capsys, path=str(daemon_json), binary="/nonexistent/nvidia-container-runtime",
                  set_as_default=True, systemd_root=str(tmp_path))
-    assert result["failed"] is True and "every container would fail" in result["msg"]
+    assert result["failed"] is True and "every pod (not only GPU pods) would fail" in result["msg"]
     assert daemon_json.read_text() == SEED
     result = run(capsys, path=str(daemon_json), binary="/nonexistent/nvidia-container-runtime",
                  set_as_default=True, allow_missing_binary=True, systemd_root=str(tmp_path))
@@ -637,7 +637,7 @@ def test_unexpected_error_is_a_clean_failure(capsys, daemon_json, tmp_path, monk
     monkeypatch.setattr(dc, "edit_daemon_json", broken)
     result = run(capsys, path=str(daemon_json), systemd_root=str(tmp_path))
     assert result["failed"] is True and "Traceback" not in json.dumps(result)
-    assert result["msg"].startswith("Unexpected error (AttributeError at test_docker_runtime.py:")  # where raised
+    assert "daemon.json: unexpected AttributeError at test_docker_runtime.py:" in result["msg"]  # where raised
     assert str(daemon_json) in result["msg"] and "bug" in result["msg"]
     assert daemon_json.read_text() == SEED
 
@@ -665,7 +665,7 @@ def test_refused_edit_gives_the_lock_back(capsys, daemon_json, tmp_path):
     lock = tmp_path / "lock"
     result = run(capsys, path=str(daemon_json), binary="/nonexistent/nvidia-container-runtime", set_as_default=True,
                  systemd_root=str(tmp_path), lock={"path": str(lock), "owner": "run-1"})
-    assert result["failed"] and result["msg"].startswith("Refusing") and lock_holder(lock) is None
+    assert result["failed"] and "refusing to make 'nvidia' the default runtime" in result["msg"] and lock_holder(lock) is None
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -170,7 +170,7 @@ def test_unknown_errno_stays_the_catch_all(capsys, tmp_path, binary, monkeypatch
         raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
     monkeypatch.setattr(filewrite.os, "rename", refused)
     result = run(capsys, "docker_runtime", **edit_args("docker_runtime", path, binary))
-    assert result["failed"] and result["msg"].startswith("Unexpected error (OSError at ")
+    assert result["failed"] and ": unexpected OSError at " in result["msg"]
     assert "please report it as \"Reporting a problem\" in the collection's README.md says" in result["msg"]
     assert path.read_text() == DAEMON_JSON and sorted(os.listdir(str(tmp_path))) == ["bin", "daemon.json"]
 
