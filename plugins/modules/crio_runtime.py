@@ -159,6 +159,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
+    DEFAULT_BINARY, binary_problem, find_binary)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     atomic_write,
     check_unchanged,
@@ -168,8 +170,6 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
-    DEFAULT_BINARY, binary_problem, find_binary)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
 
 

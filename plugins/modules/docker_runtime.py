@@ -233,11 +233,12 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     editing,
     read_bytes,
 )
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
     DEFAULT_BINARY, binary_problem, find_binary)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
+
 
 def dockerd_facts(module):
     """(dockerd path or None, version or None, whether it has --validate)."""
