@@ -24,11 +24,20 @@ SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/s
 HOW_TO_REPORT = 'please report it as "Reporting a problem" in the collection\'s README.md says'
 
 
-def find_binary(module, name):
-    """Absolute path of an executable (a bare name is looked up on PATH, then SEARCH_DIRS), or None."""
+def find_binary(name):
+    """Absolute path of an executable, or None: a bare name is looked up on PATH first (the binary the
+    caller means, e.g. a containerd unpacked beside the packaged one), then in SEARCH_DIRS."""
     if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    return module.get_bin_path(name, opt_dirs=list(SEARCH_DIRS))
+        return name if _executable(name) else None
+    for directory in os.environ.get("PATH", "").split(os.pathsep) + list(SEARCH_DIRS):
+        candidate = os.path.join(directory, name)
+        if directory and _executable(candidate):
+            return candidate
+    return None
+
+
+def _executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def missing_binary_warning(binary, name):

@@ -247,7 +247,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import ru
 
 
 def run_on(module, command, target, shown_as):
-    binary = find_binary(module, command[0])
+    binary = find_binary(command[0])
     if binary is None:
         return {"command_rc": 127, "command_stdout": "", "command_stderr": "%s: not found" % command[0]}
     argv = [binary] + [arg.replace("%s", target) for arg in command[1:]]
@@ -318,7 +318,7 @@ def file_mode(path):
 
 
 def binary_facts(module, name):
-    path = find_binary(module, name)
+    path = find_binary(name)
     version = None
     if path:
         rc, out, err = module.run_command([path, "--version"])
@@ -328,7 +328,7 @@ def binary_facts(module, name):
 
 
 def path_exists(module, name):
-    return bool(find_binary(module, name)) if "/" not in name else os.path.exists(name)
+    return bool(find_binary(name)) if "/" not in name else os.path.exists(name)
 
 
 def main():

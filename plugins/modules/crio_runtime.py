@@ -175,7 +175,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fa
 
 def check_request(module):
     params = module.params
-    refusal, warning = binary_problem(params, params["path"], find_binary(module, params["binary"]) is not None)
+    refusal, warning = binary_problem(params, params["path"], find_binary(params["binary"]) is not None)
     if refusal:
         fail(module, refusal)
     if warning:

@@ -243,7 +243,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fa
 def dockerd_facts(module):
     """(dockerd path or None, version or None, whether it has --validate)."""
     name = module.params["dockerd_binary"]
-    binary = find_binary(module, name)
+    binary = find_binary(name)
     if binary is None:
         if os.sep in name:
             fail(module, "dockerd_binary %s does not exist or is not executable." % name)
@@ -307,7 +307,7 @@ def check_request(module):
     params = module.params
     if params["name"] in docker_config.RESERVED_RUNTIME_NAMES:
         fail(module, "Runtime name %r is reserved by dockerd; choose another name." % params["name"])
-    refusal, warning = binary_problem(params, params["path"], find_binary(module, params["binary"]) is not None)
+    refusal, warning = binary_problem(params, params["path"], find_binary(params["binary"]) is not None)
     if refusal:
         fail(module, refusal)
     if warning:

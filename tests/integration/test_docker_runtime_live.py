@@ -299,7 +299,8 @@ def standin_creates(docker):
 
 
 def test_runtime_listed_and_used_after_reload(docker, seeded):
-    args = dict(path=docker.config, dockerd_binary=docker.dockerd_binary, systemd_root=docker.fake_root)
+    args = dict(path=docker.config, dockerd_binary=docker.dockerd_binary, systemd_root=docker.fake_root,
+                binary=docker.runtime)
     check = run_ansible(docker, check=True, **args)
     assert check["changed"] is True and '"nvidia"' in check["diff"]["after"]
     with open(docker.config) as handle:
@@ -312,7 +313,7 @@ def test_runtime_listed_and_used_after_reload(docker, seeded):
     with open(docker.config) as handle:
         written = handle.read()
     assert seed_members_intact(written)
-    assert json.loads(written)["runtimes"] == {"nvidia": {"path": "nvidia-container-runtime"}}
+    assert json.loads(written)["runtimes"] == {"nvidia": {"path": docker.runtime}}
 
     docker.reload()
     wait_for(lambda: "nvidia" in docker.runtimes(), 10, "nvidia in docker info after SIGHUP")

@@ -35,18 +35,24 @@ def test_the_bug_message_names_file_kind_and_place_never_content_and_says_how_to
     assert "checked edit was written" in contract.bug_message("containerd_runtime", "/x", "E", written=True)
 
 
-class _Module(object):
-    def get_bin_path(self, name, opt_dirs=None):
-        self.searched = opt_dirs
-        return "/usr/sbin/" + name if name == "dockerd" else None
+def test_a_bare_name_is_found_on_path_first_then_where_a_service_finds_it(tmp_path, monkeypatch):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for directory in (first, second):
+        directory.mkdir()
+        (directory / "containerd").write_text("#!/bin/sh\n")
+        (directory / "containerd").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (first, second))
+    assert contract.find_binary("containerd") == str(first / "containerd")
+    monkeypatch.setattr(contract, "SEARCH_DIRS", (str(second),))
+    monkeypatch.setenv("PATH", "")
+    assert contract.find_binary("containerd") == str(second / "containerd")
+    assert contract.find_binary("no-such-binary") is None
 
 
-def test_a_bare_name_is_searched_where_a_service_finds_it_and_a_path_must_be_executable(tmp_path):
-    module = _Module()
-    assert contract.find_binary(module, "dockerd") == "/usr/sbin/dockerd"
-    assert module.searched == list(contract.SEARCH_DIRS)
+def test_a_path_must_be_an_executable_file(tmp_path):
     script = tmp_path / "runtime"
     script.write_text("#!/bin/sh\n")
-    assert contract.find_binary(module, str(script)) is None
+    assert contract.find_binary(str(script)) is None
     script.chmod(0o755)
-    assert contract.find_binary(module, str(script)) == str(script)
+    assert contract.find_binary(str(script)) == str(script)
+    assert contract.find_binary(str(tmp_path)) is None
