@@ -28,6 +28,8 @@ import os
 import re
 import struct
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import in_root, resolve_in_root
+
 SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE
 VER_FLG_BASE = 0x1
@@ -54,46 +56,6 @@ MAX_ENTRIES = 10000  # guard against malformed, looping version chains
 
 class ElfError(ValueError):
     """The file is not an ELF file, or not one we can read."""
-
-
-# --- paths on the node, seen through `root` --------------------------------
-
-def in_root(root, node_path):
-    """The local path of node_path when the node's `/` is at root."""
-    return os.path.join(root or "/", node_path.lstrip("/"))
-
-
-def resolve_in_root(root, node_path, max_links=40):
-    """Follow symlinks of node_path as the node would, never leaving root.
-
-    An absolute link target (``/lib64/libc.so.6 -> /lib/x86_64-linux-gnu/...``)
-    is a path on the node, so it is taken relative to root, not to this
-    machine's `/`. Returns the resolved node path (it may not exist).
-    """
-    parts = [p for p in node_path.split("/") if p]
-    resolved = []
-    links = 0
-    while parts:
-        part = parts.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        candidate = "/" + "/".join(resolved + [part])
-        local = in_root(root, candidate)
-        if os.path.islink(local):
-            links += 1
-            if links > max_links:
-                raise ElfError("too many levels of symbolic links: %s" % node_path)
-            target = os.readlink(local)
-            if target.startswith("/"):
-                resolved = []
-            parts = [p for p in target.split("/") if p] + parts
-            continue
-        resolved.append(part)
-    return "/" + "/".join(resolved)
 
 
 # --- ELF structures ---------------------------------------------------------

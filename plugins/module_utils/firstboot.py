@@ -32,6 +32,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs
 from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import in_root
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils import package_versions
 from ansible_collections.gpunode.nvidia.plugins.module_utils import runtime_instances
@@ -250,7 +251,7 @@ def first_boot(config_path=fs.CONFIG_PATH, runner=run_command, node="localhost",
         if instance is None:
             raise StepFailed("instance", "neither cloud-init's instance id nor /etc/machine-id is set: "
                                          "the first boot cannot tell one machine from another")
-        config = load_config(fs.in_root(root, config_path))
+        config = load_config(in_root(root, config_path))
         facts = discovery.gather(root, ["gpus", "driver", "runtimes", "kubelet", "target"])
         status["gpu"] = "present" if facts.get("gpus") else "none"
         status["steps"]["driver"] = load_driver(facts, config, runner)

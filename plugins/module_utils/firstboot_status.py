@@ -17,15 +17,13 @@ import json
 import os
 import tempfile
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import in_root
+
 STATUS_PATH = "/var/lib/gpunode/firstboot.json"
 CONFIG_PATH = "/etc/gpunode/firstboot.json"
 UNIT = "gpunode-firstboot.service"
 CLOUD_INIT_INSTANCE_ID = "/var/lib/cloud/data/instance-id"
 MACHINE_ID = "/etc/machine-id"
-
-
-def in_root(root, path):
-    return os.path.join(root, path.lstrip("/"))
 
 
 def _read_text(path):

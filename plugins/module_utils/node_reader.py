@@ -24,10 +24,8 @@ import shlex
 import struct
 import subprocess
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.elf import ElfError, in_root, resolve_in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import in_root, resolve_in_root, unit_files
 
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
-             "/lib/systemd/system", "/usr/lib/systemd/system")
 VERSION_RE = re.compile(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)")
 INTERESTING = ("containerd", "dockerd", "crio", "cri-dockerd", "kubelet", "kubelite", "k3s", "rke2", "k0s")
 
@@ -52,7 +50,7 @@ class Node(object):
             return path
         try:
             return in_root(self.root, resolve_in_root(self.root, path))
-        except ElfError:
+        except OSError:  # a symlink loop: the path as given
             return in_root(self.root, path)
 
     def read(self, path, limit=4 * 1024 * 1024):
@@ -293,35 +291,37 @@ def unit(node, name):
     return node.units[name]
 
 
+def _unit_files(node, name):
+    return unit_files(lambda path: node.exists(path) or node.readlink(path) is not None, node.listdir, name)
+
+
+def unit_entries(node, name, *sections):
+    """(key, value, file) of a unit's settings in SECTIONS ([Service], [Socket]...), from the unit file and
+    its drop-ins in the order systemd applies them (a later value wins; an empty ExecStart= resets)."""
+    for path in _unit_files(node, name):
+        for key, value in unit_lines(node.read(path) or "", sections):
+            yield key, value, path
+
+
 def _read_unit(node, name):
-    main = None
-    for directory in UNIT_DIRS:
-        if node.exists(directory + "/" + name) or node.readlink(directory + "/" + name):
-            main = directory + "/" + name
-            break
-    if main is None:
+    files = _unit_files(node, name)
+    if not files:
         return None
-    files = [main]
-    for directory in UNIT_DIRS:
-        files.extend(sorted(node.glob(directory + "/" + name + ".d", "*.conf")))
-    env, exec_start, listen, sources = {}, None, None, []
+    main = files[0]
+    env, exec_start, listen = {}, None, None
     masked = node.readlink(main) == "/dev/null"
-    for path in files:
-        text = node.read(path)
-        if text is None:
-            continue
-        sources.append(path)
-        for key, value in unit_lines(text):
-            if key == "Environment":
-                for pair in split_args(value):
-                    env_key, _sep, env_value = pair.partition("=")
-                    env[env_key] = env_value
-            elif key == "EnvironmentFile":
-                env.update(read_env_file(node, value.lstrip("-")))
-            elif key == "ExecStart":
-                exec_start = value.lstrip("-@+!:") or None  # an empty ExecStart= resets
-            elif key == "ListenStream":
-                listen = value.replace("%t", "/run")
+    sources = [path for path in files if node.read(path) is not None]
+    for key, value, _path in unit_entries(node, name, "Service", "Socket"):
+        if key == "Environment":
+            for pair in split_args(value):
+                env_key, _sep, env_value = pair.partition("=")
+                env[env_key] = env_value
+        elif key == "EnvironmentFile":
+            env.update(read_env_file(node, value.lstrip("-")))
+        elif key == "ExecStart":
+            exec_start = value.lstrip("-@+!:") or None  # an empty ExecStart= resets
+        elif key == "ListenStream":
+            listen = value.replace("%t", "/run")
     enabled = any(node.exists("/etc/systemd/system/%s/%s" % (wants, name))
                   for wants in node.listdir("/etc/systemd/system") if wants.endswith(".wants"))
     return {"name": name, "path": main, "files": sources, "env": env, "listen": listen,
@@ -329,21 +329,28 @@ def _read_unit(node, name):
             "enabled": enabled, "masked": masked}
 
 
-def unit_lines(text):
+def unit_lines(text, sections=None):
+    """(key, value) of a unit file's settings (of SECTIONS only, when given), continuation lines joined."""
     joined = re.sub(r"\\\n", " ", text)
+    section = None
     for line in joined.splitlines():
         line = line.strip()
-        if not line or line[0] in "#;[" or "=" not in line:
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        if not line or line[0] in "#;[" or "=" not in line or (sections and section not in sections):
             continue
         key, _sep, value = line.partition("=")
         yield key.strip(), value.strip()
 
 
 def read_env_file(node, path):
+    """KEY=VALUE lines of an environment file (systemd or shell style: `export`, quotes), {} when unreadable."""
     env = {}
     for line in (node.read(path) or "").splitlines():
         line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, _sep, value = line.partition("=")
-            env[key.strip()] = unquote(value.strip())
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
+        if match:
+            env[match.group(1)] = unquote(match.group(2).strip())
     return env

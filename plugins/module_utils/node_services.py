@@ -31,6 +31,7 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import UNIT_DIRS, in_root
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import run_command
 
 NVIDIA_VENDOR = "0x10de"
@@ -38,8 +39,6 @@ NVSWITCH_CLASS = "0x0680"  # PCI "other bridge": how NVSwitch devices enumerate
 # NVSwitch device ids from the fourth generation on (HGX B200/B100): NVLSM runs beside fabric manager.
 NVLSM_NVSWITCH_IDS = ("0x2901",)
 PCI_DEVICES = "/sys/bus/pci/devices"
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
-             "/usr/lib/systemd/system", "/lib/systemd/system")
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 FABRICMANAGER_UNIT = "nvidia-fabricmanager.service"
 CDI_REFRESH_UNIT = "nvidia-cdi-refresh.service"
@@ -66,13 +65,9 @@ def default_runner(argv, timeout=120):
 
 # --- reading the node ---------------------------------------------------------------------------
 
-def under(root, path):
-    return os.path.join(root or "/", path.lstrip("/"))
-
-
 def read(root, path):
     try:
-        with open(under(root, path), "rb") as handle:
+        with open(in_root(root, path), "rb") as handle:
             return handle.read(16 * 1024 * 1024).decode("utf-8", "replace")
     except (IOError, OSError):
         return None
@@ -80,7 +75,7 @@ def read(root, path):
 
 def pci_devices(root="/"):
     """NVIDIA PCI functions from sysfs: [{address, device_id, class}]."""
-    base = under(root, PCI_DEVICES)
+    base = in_root(root, PCI_DEVICES)
     try:
         addresses = sorted(os.listdir(base))
     except OSError:
@@ -126,7 +121,7 @@ def installed_packages(root="/"):
 def unit_path(root, unit):
     for directory in UNIT_DIRS:
         path = directory + "/" + unit
-        if os.path.lexists(under(root, path)):
+        if os.path.lexists(in_root(root, path)):
             return path
     return None
 
@@ -134,7 +129,7 @@ def unit_path(root, unit):
 def find_tool(root, name, extra_dirs=()):
     for directory in tuple(extra_dirs) + TOOL_DIRS:
         path = directory + "/" + name
-        if os.path.isfile(under(root, path)):
+        if os.path.isfile(in_root(root, path)):
             return path
     return None
 
@@ -153,7 +148,7 @@ def spec_matches_driver(text, version):
 def operator_toolkit(root="/"):
     """Evidence that NVIDIA's GPU operator manages the toolkit on this node ([] when it does not)."""
     evidence = []
-    if os.path.isdir(under(root, OPERATOR_TOOLKIT_DIR)):
+    if os.path.isdir(in_root(root, OPERATOR_TOOLKIT_DIR)):
         evidence.append("install directory %s" % OPERATOR_TOOLKIT_DIR)
     for path in OPERATOR_DROPINS:
         text = read(root, path) or ""
@@ -246,7 +241,7 @@ def fabricmanager_version(root, runner, packages):
 
 def package_manager(root):
     """apt, dnf or yum: the node's package manager, None when none of them is found."""
-    if os.path.isfile(under(root, "/var/lib/dpkg/status")):
+    if os.path.isfile(in_root(root, "/var/lib/dpkg/status")):
         return "apt"
     for name in ("dnf", "yum"):
         if find_tool(root, name):
@@ -321,7 +316,7 @@ def fabricmanager(root, services, runner, switches, start, enable, driver, insta
 
 
 def cdi(root, services, runner, driver, refresh, check_mode):
-    spec_path = next((p for p in CDI_SPEC_PATHS if os.path.isfile(under(root, p))), None)
+    spec_path = next((p for p in CDI_SPEC_PATHS if os.path.isfile(in_root(root, p))), None)
     text = read(root, spec_path) if spec_path else None
     result = {"spec": spec_path or CDI_SPEC, "exists": spec_path is not None,
               "matches_driver": spec_matches_driver(text, driver), "method": None,
@@ -342,12 +337,12 @@ def cdi(root, services, runner, driver, refresh, check_mode):
                                "before the node services" % CDI_REFRESH_UNIT)
             return result
         result["method"] = "nvidia-ctk cdi generate"
-        output = CDI_SPEC if os.path.realpath(root or "/") == "/" else under(root, CDI_SPEC)
+        output = CDI_SPEC if os.path.realpath(root or "/") == "/" else in_root(root, CDI_SPEC)
         argv = [ctk, "cdi", "generate", "--output=" + output]
         services.actions.append(" ".join(argv))
         if not check_mode:
             try:
-                os.makedirs(os.path.dirname(under(root, CDI_SPEC)))
+                os.makedirs(os.path.dirname(in_root(root, CDI_SPEC)))
             except OSError:
                 pass  # already there
             rc, out, err = runner(argv)
@@ -389,7 +384,7 @@ def ensure_node_services(root="/", runner=None, check_mode=False, refresh_cdi=Fa
               "warnings": []}
     if not gpus and start:
         result["msg"] = ("No NVIDIA GPU in %s: node services skipped (persistence daemon, fabric manager, CDI spec "
-                         "need a GPU)." % under(root, PCI_DEVICES))
+                         "need a GPU)." % in_root(root, PCI_DEVICES))
         return result
     result["persistenced"] = persistenced(root, services, start, enable, bool(driver))
     result["fabricmanager"] = fabricmanager(root, services, runner, switches, start, enable, driver,

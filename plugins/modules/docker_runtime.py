@@ -225,7 +225,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config
+from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config, dockerd_flags
 from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     atomic_write,
     check_unchanged,
@@ -287,7 +287,7 @@ def check_original(module, dockerd, version, path, before_text):
 def check_flags(module, path):
     """Fail when dockerd's command line sets a key this edit writes; warn on another --config-file."""
     try:
-        flags = docker_config.dockerd_flags(module.params["systemd_root"])
+        flags = dockerd_flags.dockerd_flags(module.params["systemd_root"])
     except (IOError, OSError) as exc:
         warn(module, "Could not read the docker service's unit files: %s" % exc)
         return
@@ -296,10 +296,10 @@ def check_flags(module, path):
             warn(module, "dockerd is started with --config-file %s (passed by %s), not %s: this edit "
                          "will not reach that dockerd." % (flag.value, flag.source, path))
     params = module.params
-    conflicts = docker_config.conflicting_flags(flags, params["name"], params["state"],
+    conflicts = dockerd_flags.conflicting_flags(flags, params["name"], params["state"],
                                                 params["set_as_default"], params["cdi"])
     if conflicts:
-        fail(module, docker_config.conflict_message(conflicts, path, params["state"]),
+        fail(module, dockerd_flags.conflict_message(conflicts, path, params["state"]),
              conflicts=[c._asdict() for c in conflicts])
 
 

@@ -13,6 +13,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config as dc
+from ansible_collections.gpunode.nvidia.plugins.module_utils import dockerd_flags
 from ansible_collections.gpunode.nvidia.plugins.modules import docker_runtime
 
 NCR = "/usr/bin/nvidia-container-runtime"
@@ -483,8 +484,8 @@ def test_flags_from_dropin_after_reset(tmp_path):
                 --default-runtime=nvidia
             """,
     })
-    flags = dc.dockerd_flags(root)
-    source = os.path.join(root, DROPIN + "10-nvidia.conf")
+    flags = dockerd_flags.dockerd_flags(root)
+    source = "/" + DROPIN + "10-nvidia.conf"  # a path on the node
     assert [(f.flag, f.value, f.key, f.source) for f in flags] == [
         ("--add-runtime", "nvidia=/usr/bin/nvidia-container-runtime", "runtimes", source),
         ("--default-runtime", "nvidia", "default-runtime", source),
@@ -497,7 +498,7 @@ def test_later_reset_clears_earlier_flags(tmp_path):
         DROPIN + "10-nvidia.conf": "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd --add-runtime=nvidia=/x\n",
         DROPIN + "20-plain.conf": "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd -H fd://\n",
     })
-    assert dc.dockerd_flags(root) == []
+    assert dockerd_flags.dockerd_flags(root) == []
 
 
 def test_docker_opts_from_environment_file(tmp_path):
@@ -505,8 +506,8 @@ def test_docker_opts_from_environment_file(tmp_path):
         "lib/systemd/system/docker.service": DEBIAN_UNIT,
         "etc/default/docker": 'DOCKER_OPTS="--add-runtime nvidia=/usr/bin/nvidia-container-runtime"\n',
     })
-    flags = dc.dockerd_flags(root)
-    assert [(f.flag, f.source) for f in flags] == [("--add-runtime", os.path.join(root, "etc/default/docker"))]
+    flags = dockerd_flags.dockerd_flags(root)
+    assert [(f.flag, f.source) for f in flags] == [("--add-runtime", "/etc/default/docker")]
 
 
 def test_docker_opts_ignored_when_unit_does_not_reference_it(tmp_path):
@@ -514,12 +515,12 @@ def test_docker_opts_ignored_when_unit_does_not_reference_it(tmp_path):
         "usr/lib/systemd/system/docker.service": "[Service]\nExecStart=/usr/bin/dockerd -H fd://\n",
         "etc/default/docker": 'DOCKER_OPTS="--default-runtime nvidia"\n',
     })
-    assert dc.dockerd_flags(root) == []
+    assert dockerd_flags.dockerd_flags(root) == []
 
 
 def test_sysv_host_reads_sysconfig(tmp_path):
     root = fake_root(tmp_path, {"etc/sysconfig/docker": "DOCKER_OPTS='--default-runtime=nvidia'\n"})
-    flags = dc.dockerd_flags(root)
+    flags = dockerd_flags.dockerd_flags(root)
     assert [(f.flag, f.value) for f in flags] == [("--default-runtime", "nvidia")]
 
 
@@ -528,7 +529,7 @@ def test_etc_unit_wins_over_lib_unit(tmp_path):
         "lib/systemd/system/docker.service": "[Service]\nExecStart=/usr/sbin/dockerd --add-runtime a=/a\n",
         "etc/systemd/system/docker.service": "[Service]\nExecStart=/usr/sbin/dockerd -H fd://\n",
     })
-    assert dc.dockerd_flags(root) == []
+    assert dockerd_flags.dockerd_flags(root) == []
 
 
 def test_flags_in_other_sections_or_comments_are_ignored(tmp_path):
@@ -536,7 +537,7 @@ def test_flags_in_other_sections_or_comments_are_ignored(tmp_path):
         "lib/systemd/system/docker.service": DEBIAN_UNIT,
         DROPIN + "override.conf": "# ExecStart=/usr/sbin/dockerd --add-runtime x=/x\n[Unit]\nExecStart=--add-runtime\n",
     })
-    assert dc.dockerd_flags(root) == []
+    assert dockerd_flags.dockerd_flags(root) == []
 
 
 def test_module_fails_on_conflict_naming_the_dropin(capsys, daemon_json, tmp_path):
@@ -546,7 +547,7 @@ def test_module_fails_on_conflict_naming_the_dropin(capsys, daemon_json, tmp_pat
     })
     result = run(capsys, path=str(daemon_json), systemd_root=root)
     assert result["failed"] is True
-    assert os.path.join(root, DROPIN + "nvidia.conf") in result["msg"]
+    assert "(passed by /%snvidia.conf)" % DROPIN in result["msg"]
     assert "--add-runtime nvidia=/usr/bin/ncr" in result["msg"] and "ignores the flag" in result["msg"]
     assert daemon_json.read_text() == SEED
     # Removing the runtime from daemon.json cannot clash with the flag.
@@ -576,7 +577,7 @@ def test_default_runtime_flag_only_clashes_with_set_as_default(capsys, daemon_js
         "etc/default/docker": "DOCKER_OPTS='--default-runtime runc'\n",
     })
     result = run(capsys, path=str(daemon_json), binary=runtime_binary, set_as_default=True, systemd_root=root)
-    assert result["failed"] is True and os.path.join(root, "etc/default/docker") in result["msg"]
+    assert result["failed"] is True and "(passed by /etc/default/docker)" in result["msg"]
     assert daemon_json.read_text() == SEED
     result = run(capsys, path=str(daemon_json), binary=runtime_binary, systemd_root=root)
     assert result["changed"] is True

@@ -99,22 +99,6 @@ def test_highest_glibc(names, highest):
     assert elf.highest_glibc(names) == highest
 
 
-def test_resolve_in_root(tmp_path):
-    tree = NodeTree(tmp_path)
-    tree.file("/usr/lib/x86_64-linux-gnu/libc.so.6", "x")
-    tree.symlink("/lib", "usr/lib")
-    tree.symlink("/lib64/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6")
-    tree.symlink("/loop/a", "/loop/b")
-    tree.symlink("/loop/b", "/loop/a")
-    root = str(tmp_path)
-    assert elf.resolve_in_root(root, "/lib64/libc.so.6") == "/usr/lib/x86_64-linux-gnu/libc.so.6"
-    assert elf.resolve_in_root(root, "/lib64/../lib/x86_64-linux-gnu/./libc.so.6") == \
-        "/usr/lib/x86_64-linux-gnu/libc.so.6"
-    assert elf.resolve_in_root(root, "/../../etc/passwd") == "/etc/passwd"  # never above root
-    with pytest.raises(elf.ElfError, match="symbolic links"):
-        elf.resolve_in_root(root, "/loop/a")
-
-
 def test_host_glibc_methods(tmp_path):
     verdef = NodeTree(tmp_path / "verdef")
     verdef.libc("2.26", directory="/lib64")

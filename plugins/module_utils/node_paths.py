@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Paths on the node seen through ``root`` (``/`` for the live node, a mounted image or a test tree
+otherwise), and where systemd looks for units. One definition for every reader of the node.
+
+Runs on managed nodes: standard library only.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import os
+
+# systemd's unit search path for the system manager, highest priority first.
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+             "/lib/systemd/system", "/usr/lib/systemd/system")
+
+
+def in_root(root, node_path):
+    """The local path of node_path when the node's `/` is at root."""
+    return os.path.join(root or "/", node_path.lstrip("/"))
+
+
+def resolve_in_root(root, node_path, max_links=40):
+    """Follow symlinks of node_path as the node would, never leaving root.
+
+    An absolute link target (``/lib64/libc.so.6 -> /lib/x86_64-linux-gnu/...``)
+    is a path on the node, so it is taken relative to root, not to this
+    machine's `/`. Returns the resolved node path (it may not exist); a loop
+    raises OSError(ELOOP), as the kernel would.
+    """
+    parts = [p for p in node_path.split("/") if p]
+    resolved = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        local = in_root(root, "/" + "/".join(resolved + [part]))
+        if os.path.islink(local):
+            links += 1
+            if links > max_links:
+                raise OSError(errno.ELOOP, "too many levels of symbolic links", node_path)
+            target = os.readlink(local)
+            if target.startswith("/"):
+                resolved = []
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        resolved.append(part)
+    return "/" + "/".join(resolved)
+
+
+def unit_files(exists, listdir, name):
+    """The unit file systemd loads for NAME, then its drop-ins in the order systemd applies them.
+
+    The unit is the first UNIT_DIRS entry that has it (a link to /dev/null included: a masked unit).
+    Drop-ins (NAME.d/*.conf) come from every unit directory; one of the same file name in a
+    higher-priority directory replaces the lower one, and all are applied sorted by file name.
+    EXISTS(path) and LISTDIR(path) read the node (through its root)."""
+    main = next((d + "/" + name for d in UNIT_DIRS if exists(d + "/" + name)), None)
+    if main is None:
+        return []
+    dropins = {}
+    for directory in reversed(UNIT_DIRS):
+        for entry in listdir(directory + "/" + name + ".d"):
+            if entry.endswith(".conf"):
+                dropins[entry] = directory + "/" + name + ".d/" + entry
+    return [main] + [dropins[entry] for entry in sorted(dropins)]
