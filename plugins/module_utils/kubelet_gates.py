@@ -328,3 +328,31 @@ def edit(kind, path, text, gates):
     after = EDITORS[kind](path, text, gates)
     # The appended newline of a last line without one is not a change of its own.
     return text if after.rstrip("\r\n") == text.rstrip("\r\n") else after
+
+
+# --- the kubelet's version ---------------------------------------------------------------------------
+
+_VERSION = re.compile(r"v(\d+\.\d+\.\d+)")
+SNAP_META = {"microk8s": "/snap/microk8s/current/meta/snap.yaml", "k8s-snap": "/snap/k8s/current/meta/snap.yaml"}
+
+
+def kubelet_version(kubelet, run, read):
+    """The kubelet's version ("1.33.4"), or "" when it cannot be told.
+
+    run(argv) -> (rc, out); read(path) -> text or None. k3s and RKE2 embed kubelet in their own binary (which says
+    its Kubernetes version); the snaps say it in their metadata; a kubelet binary is asked.
+    """
+    platform = kubelet.get("platform")
+    if platform in SNAP_META:
+        match = re.search(r"^version:\s*['\"]?v?(\d+\.\d+\.\d+)", read(SNAP_META[platform]) or "", re.M)
+        return match.group(1) if match else ""
+    binary = kubelet.get("binary") or ""
+    if not binary or (kubelet.get("embedded_in") and platform not in ("k3s", "rke2")):
+        return ""
+    rc, out = run([binary, "--version"])
+    match = _VERSION.search(out) if rc == 0 else None
+    return match.group(1) if match else ""
+
+
+def minor(version):
+    return ".".join(version.split(".")[:2])
