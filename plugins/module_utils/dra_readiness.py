@@ -28,7 +28,14 @@ KUBERNETES_GATED = ("1.32", "1.33")
 DRIVER_MINIMUM = "565"
 COMPUTE_DOMAINS_DRIVER_MINIMUM = "570.158.01"
 GATE = "DynamicResourceAllocation"
+# Where the GPU operator's driver container publishes its root on the host (the DRA chart's nvidiaDriverRoot).
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 GATE_ON = re.compile(r"%s\s*[:=]\s*\"?true" % GATE, re.I)
+
+
+def driver_root(node):
+    """The DRA chart's nvidiaDriverRoot for this node: the operator's containerized driver, else the host's /."""
+    return OPERATOR_DRIVER_ROOT if node.isfile(OPERATOR_DRIVER_ROOT + "/usr/bin/nvidia-smi") else "/"
 
 
 def runtime_problem(kind, version):
@@ -57,8 +64,10 @@ def gate_place(kubelet):
     return (kubelet.get("config_path") or "/var/lib/kubelet/config.yaml", "featureGates: {%s: true}" % GATE)
 
 
-def kubernetes_problem(version, kubelet, read):
-    """Why this Kubernetes cannot run DRA (or lacks its gate), or None. read(path) -> text or None."""
+def kubernetes_problem(version, kubelet, read, gate_pending=False):
+    """Why this Kubernetes cannot run DRA (or lacks its gate), or None. read(path) -> text or None.
+
+    gate_pending: the gate is being written in this run (module kubelet_feature_gates), so it is not missing."""
     if not version:
         return None
     minor = ".".join(str(p) for p in version_key(version)[:2])
@@ -66,8 +75,8 @@ def kubernetes_problem(version, kubelet, read):
         return None
     if minor in KUBERNETES_GATED:
         path, line = gate_place(kubelet)
-        flags = " ".join(" ".join(args) for _origin, args in kubelet.get("flag_sources") or [])
-        if GATE_ON.search(read(path) or "") or GATE_ON.search(flags):
+        # flag_sources name the files (and /proc/PID/cmdline) kubelet's flags come from.
+        if gate_pending or any(GATE_ON.search(read(place) or "") for place in [path] + kubelet.get("flag_sources", [])):
             return None
         return ("Kubernetes %s runs DRA only with the feature gate %s=true (stable from %s): set %s in %s and "
                 "restart kubelet (the API server and scheduler need the gate too)."
@@ -86,11 +95,11 @@ def driver_problem(version, compute_domains):
     return None
 
 
-def problems(facts, kubernetes_version, read, compute_domains=False):
+def problems(facts, kubernetes_version, read, compute_domains=False, gate_pending=False):
     """Every prerequisite this node misses; [] when it is ready."""
     target = facts.get("target") or {}
     runtime = next((r for r in facts.get("runtimes") or [] if r["id"] == target.get("id")), None)
     found = [runtime_problem(runtime["kind"], runtime.get("version")) if runtime and runtime.get("version") else None,
-             kubernetes_problem(kubernetes_version, facts.get("kubelet") or {}, read),
+             kubernetes_problem(kubernetes_version, facts.get("kubelet") or {}, read, gate_pending),
              driver_problem((facts.get("driver") or {}).get("version"), compute_domains)]
     return [problem for problem in found if problem]
