@@ -33,7 +33,7 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
   gates:
-    description: Feature gates and the value each must have, for example C({DynamicResourceAllocation: true}).
+    description: "Feature gates and the value each must have, for example C({DynamicResourceAllocation: true})."
     type: dict
     required: true
   kubernetes_minors:
