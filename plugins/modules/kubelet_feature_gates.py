@@ -25,7 +25,7 @@ description:
     (EKS), k0s (its worker profiles are cluster configuration), and a running kubelet whose C(--feature-gates) flag
     sets a gate otherwise (flags override the file).
   - Never restarts anything; RV(restart_service) names the unit to restart when the file changed. k3s and RKE2 embed
-    kubelet and containerd in one service, so none is named there and RV(msg) says so.
+    kubelet and containerd in one service, so none is named there and the message says so.
   - With O(kubernetes_minors), writes only where the kubelet's version is one of them (a gate that is beta there and
     GA after, for example C(DynamicResourceAllocation) on 1.32 and 1.33).
   - Needs only the Python standard library on the node.
