@@ -62,6 +62,15 @@ def place(kubelet):
     return None, path, ""
 
 
+def rancher_dropin_override(read, glob, path):
+    """Why a k3s/RKE2 drop-in (config.yaml.d/*.yaml, read after config.yaml) would replace its kubelet-arg, or None."""
+    for dropin in sorted(glob(path + ".d", "*.yaml")):
+        if re.search(r"""^["']?kubelet-arg["']?[ \t]*:""", read(dropin) or "", re.M):
+            return ("%s sets kubelet-arg, which replaces the list of %s: put the feature-gates= item there (or write "
+                    "it as kubelet-arg+: to append), and run again; nothing was written." % (dropin, path))
+    return None
+
+
 def refusal(platform, path):
     """Why the gate cannot be written here, and where the operator sets it instead."""
     if platform == "k0s":

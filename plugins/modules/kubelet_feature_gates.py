@@ -22,8 +22,9 @@ description:
     line and comment of the file stays byte for byte. The write is atomic and keeps owner, mode and SELinux context.
   - Shapes a line edit could break are refused, naming the file, the line and what to do, with nothing written -
     several YAML documents, flow style, anchors or aliases on the gates, a list written inline, JSON kubelet configs
-    (EKS), k0s (its worker profiles are cluster configuration), and a running kubelet whose C(--feature-gates) flag
-    sets a gate otherwise (flags override the file).
+    (EKS), k0s (its worker profiles are cluster configuration), a running kubelet whose C(--feature-gates) flag
+    sets a gate otherwise (flags override the file), and a k3s/RKE2 drop-in (C(config.yaml.d)) that replaces
+    C(kubelet-arg).
   - Never restarts anything; RV(restart_service) names the unit to restart when the file changed. k3s and RKE2 embed
     kubelet and containerd in one service, so none is named there and the message says so.
   - With O(kubernetes_minors), writes only where the kubelet's version is one of them (a gate that is beta there and
@@ -174,7 +175,8 @@ def run(module):
     kind, path, service = kubelet_gates.place(kubelet)
     if kind is None:
         fail(module, kubelet_gates.refusal(kubelet.get("platform"), path), **result)
-    conflict = flag_conflict(node, kubelet, gates) if kind == "kubelet_config" else None
+    conflict = flag_conflict(node, kubelet, gates) if kind == "kubelet_config" else (
+        kubelet_gates.rancher_dropin_override(node.read, node.glob, path) if kind == "rancher" else None)
     if conflict:
         fail(module, conflict, **result)
     result["path"] = path

@@ -226,7 +226,6 @@ def test_places_this_module_does_not_edit_are_refused(capsys, tmp_path, platform
 
 
 def test_a_kubelet_flag_that_overrides_the_file_is_refused(capsys, tmp_path):
-    node_trees.NodeTree(tmp_path)
     tree = node_trees.NodeTree(tmp_path)
     node_trees._kubeadm_kubelet(tree, extra_args=" --feature-gates=%s=false" % GATE)  # pylint: disable=W0212
     before = open(tree.local("/var/lib/kubelet/config.yaml")).read()
@@ -234,3 +233,15 @@ def test_a_kubelet_flag_that_overrides_the_file_is_refused(capsys, tmp_path):
     assert result["failed"] is True
     assert result["msg"].startswith("kubelet runs with --feature-gates=%s=false, which overrides its config file" % GATE)
     assert open(tree.local("/var/lib/kubelet/config.yaml")).read() == before
+
+
+def test_a_k3s_dropin_that_replaces_kubelet_arg_is_refused(capsys, tmp_path):
+    tree, _facts = node_trees.build("k3s", tmp_path)
+    tree.file("/etc/rancher/k3s/config.yaml.d/50-gpu.yaml", "kubelet-arg:\n  - max-pods=50\n")
+    result = module(capsys, tmp_path, kubernetes_version="1.33.2")
+    assert result["failed"] is True
+    assert result["msg"].startswith("/etc/rancher/k3s/config.yaml.d/50-gpu.yaml sets kubelet-arg, which replaces the "
+                                    "list of /etc/rancher/k3s/config.yaml")
+    assert not (tmp_path / "etc/rancher/k3s/config.yaml").exists()
+    tree.file("/etc/rancher/k3s/config.yaml.d/50-gpu.yaml", "kubelet-arg+:\n  - max-pods=50\n")
+    assert module(capsys, tmp_path, kubernetes_version="1.33.2")["changed"] is True
