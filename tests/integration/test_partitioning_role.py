@@ -113,3 +113,49 @@ def test_sharing_config_and_node_label_then_unchanged(node, api):
         "a100-mps", "a100-ts"]
     again = stage(node, api, gpu_partitioning_sharing_configs=configs, gpu_partitioning_sharing_config="a100-ts")
     assert not again.failed and again.changed == 0, again.changed_tasks()
+
+
+KUBELET_CONFIG = """apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# written by kubeadm
+authentication:
+  anonymous:
+    enabled: false
+featureGates:
+  KubeletTracing: true   # kept
+cgroupDriver: systemd
+"""
+
+
+def test_dra_gate_on_1_33_written_in_kubeadms_config_and_kubelet_restarted(node, api):
+    """kubelet is the STAND-IN of tests/testbed/stand-ins/kubelet (healthz, dies with its runtime) as kubelet.service
+    over the node's real containerd 1.6 (Debian 12), which the DRA check then refuses, after the gate."""
+    port = nvidia_node.free_port()
+    subprocess.run(["docker", "cp", os.path.join(STANDINS, "kubelet"), "%s:/usr/bin/kubelet" % node.name], check=True,
+                   timeout=60)
+    node.sh("mkdir -p /var/lib/kubelet && cat >/var/lib/kubelet/config.yaml <<'EOF'\n%sEOF\n"
+            "printf '[Service]\\nExecStart=/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml "
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock --healthz-port=%d\\n' "
+            ">/etc/systemd/system/kubelet.service && systemctl daemon-reload && systemctl start containerd kubelet"
+            % (KUBELET_CONFIG, port))
+    started = node.sh("systemctl show -p InvocationID --value kubelet").stdout.strip()
+    dra = {"gpu_partitioning_dra": True, "gpu_partitioning_kubernetes_version": "1.33.4",
+           "gpu_partitioning_kubelet_healthz_url": "http://127.0.0.1:%d/healthz" % port}
+
+    checked = stage(node, api, check=True, **dra)
+    assert node.read("/var/lib/kubelet/config.yaml") == KUBELET_CONFIG
+    assert checked.result_of("Set kubelet's DynamicResourceAllocation gate where DRA is beta (Kubernetes 1.32, 1.33)")[
+        "changed"] is True
+
+    done = stage(node, api, **dra)
+    assert node.read("/var/lib/kubelet/config.yaml") == KUBELET_CONFIG.replace(
+        "   # kept\n", "   # kept\n  DynamicResourceAllocation: true\n")
+    restarted = node.sh("systemctl show -p InvocationID --value kubelet").stdout.strip()
+    assert restarted != started and node.sh("systemctl is-active kubelet").stdout.strip() == "active"
+    assert done.result_of("Wait until kubelet reports healthy")["status"] == 200
+    assert "containerd 1.6.20" in " ".join(done.failure_messages())  # the DRA check comes after the gate
+
+    again = stage(node, api, **dra)
+    assert again.result_of("Set kubelet's DynamicResourceAllocation gate where DRA is beta (Kubernetes 1.32, "
+                           "1.33)")["changed"] is False
+    assert node.sh("systemctl show -p InvocationID --value kubelet").stdout.strip() == restarted
