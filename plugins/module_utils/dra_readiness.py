@@ -9,7 +9,7 @@ What the node must offer, from discovery's facts (the runtime kubelet uses, the 
   container_runtime role writes); containerd 1.6 has no CDI (its ``config dump`` silently drops the key);
   CRI-O from 1.27; Docker is not a CRI runtime for DRA;
 * Kubernetes 1.34.2 or newer (DRA stable), or 1.32/1.33 with the kubelet feature gate
-  ``DynamicResourceAllocation=true`` in the distribution's own kubelet config place;
+  ``DynamicResourceAllocation=true`` in the distribution's own kubelet config place (which kubelet_gates.py writes);
 * driver 565 or newer, 570.158.01 or newer for ComputeDomains (multi-node NVLink through IMEX).
 
 Runs on managed nodes: standard library only.
@@ -22,6 +22,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import older_than, version_key
+from ansible_collections.gpunode.nvidia.plugins.module_utils.kubelet_gates import RANCHER_CONFIG, SNAP_ARGS
 
 KUBERNETES_STABLE = "1.34.2"
 KUBERNETES_GATED = ("1.32", "1.33")
@@ -54,11 +55,9 @@ def gate_place(kubelet):
     """(path, what to write) where this distribution's kubelet takes feature gates."""
     platform = kubelet.get("platform")
     if platform in ("k3s", "rke2"):
-        return ("/etc/rancher/%s/config.yaml" % platform, 'kubelet-arg: ["feature-gates=%s=true"]' % GATE)
-    if platform == "microk8s":
-        return ("/var/snap/microk8s/current/args/kubelet", "--feature-gates=%s=true" % GATE)
-    if platform == "k8s-snap":
-        return ("/var/snap/k8s/common/args/kubelet", "--feature-gates=%s=true" % GATE)
+        return (RANCHER_CONFIG % platform, 'kubelet-arg: ["feature-gates=%s=true"]' % GATE)
+    if platform in SNAP_ARGS:
+        return (SNAP_ARGS[platform], "--feature-gates=%s=true" % GATE)
     if platform == "k0s":
         return ("/etc/k0s/k0s.yaml", "workerProfiles[].values.featureGates: {%s: true}" % GATE)
     return (kubelet.get("config_path") or "/var/lib/kubelet/config.yaml", "featureGates: {%s: true}" % GATE)
