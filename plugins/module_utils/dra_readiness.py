@@ -9,7 +9,7 @@ What the node must offer, from discovery's facts (the runtime kubelet uses, the 
   container_runtime role writes); containerd 1.6 has no CDI (its ``config dump`` silently drops the key);
   CRI-O from 1.27; Docker is not a CRI runtime for DRA;
 * Kubernetes 1.34.2 or newer (DRA stable), or 1.32/1.33 with the kubelet feature gate
-  ``DynamicResourceAllocation=true`` in the distribution's own kubelet config place;
+  ``DynamicResourceAllocation=true`` in the distribution's own kubelet config place (which kubelet_gates.py writes);
 * driver 565 or newer, 570.158.01 or newer for ComputeDomains (multi-node NVLink through IMEX).
 
 Runs on managed nodes: standard library only.
@@ -22,13 +22,21 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import older_than, version_key
+from ansible_collections.gpunode.nvidia.plugins.module_utils.kubelet_gates import RANCHER_CONFIG, SNAP_ARGS
 
 KUBERNETES_STABLE = "1.34.2"
 KUBERNETES_GATED = ("1.32", "1.33")
 DRIVER_MINIMUM = "565"
 COMPUTE_DOMAINS_DRIVER_MINIMUM = "570.158.01"
 GATE = "DynamicResourceAllocation"
+# Where the GPU operator's driver container publishes its root on the host (the DRA chart's nvidiaDriverRoot).
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 GATE_ON = re.compile(r"%s\s*[:=]\s*\"?true" % GATE, re.I)
+
+
+def driver_root(node):
+    """The DRA chart's nvidiaDriverRoot for this node: the operator's containerized driver, else the host's /."""
+    return OPERATOR_DRIVER_ROOT if node.isfile(OPERATOR_DRIVER_ROOT + "/usr/bin/nvidia-smi") else "/"
 
 
 def runtime_problem(kind, version):
@@ -47,18 +55,18 @@ def gate_place(kubelet):
     """(path, what to write) where this distribution's kubelet takes feature gates."""
     platform = kubelet.get("platform")
     if platform in ("k3s", "rke2"):
-        return ("/etc/rancher/%s/config.yaml" % platform, 'kubelet-arg: ["feature-gates=%s=true"]' % GATE)
-    if platform == "microk8s":
-        return ("/var/snap/microk8s/current/args/kubelet", "--feature-gates=%s=true" % GATE)
-    if platform == "k8s-snap":
-        return ("/var/snap/k8s/common/args/kubelet", "--feature-gates=%s=true" % GATE)
+        return (RANCHER_CONFIG % platform, 'kubelet-arg: ["feature-gates=%s=true"]' % GATE)
+    if platform in SNAP_ARGS:
+        return (SNAP_ARGS[platform], "--feature-gates=%s=true" % GATE)
     if platform == "k0s":
         return ("/etc/k0s/k0s.yaml", "workerProfiles[].values.featureGates: {%s: true}" % GATE)
     return (kubelet.get("config_path") or "/var/lib/kubelet/config.yaml", "featureGates: {%s: true}" % GATE)
 
 
-def kubernetes_problem(version, kubelet, read):
-    """Why this Kubernetes cannot run DRA (or lacks its gate), or None. read(path) -> text or None."""
+def kubernetes_problem(version, kubelet, read, gate_pending=False):
+    """Why this Kubernetes cannot run DRA (or lacks its gate), or None. read(path) -> text or None.
+
+    gate_pending: the gate is being written in this run (module kubelet_feature_gates), so it is not missing."""
     if not version:
         return None
     minor = ".".join(str(p) for p in version_key(version)[:2])
@@ -66,8 +74,8 @@ def kubernetes_problem(version, kubelet, read):
         return None
     if minor in KUBERNETES_GATED:
         path, line = gate_place(kubelet)
-        flags = " ".join(" ".join(args) for _origin, args in kubelet.get("flag_sources") or [])
-        if GATE_ON.search(read(path) or "") or GATE_ON.search(flags):
+        # flag_sources name the files (and /proc/PID/cmdline) kubelet's flags come from.
+        if gate_pending or any(GATE_ON.search(read(place) or "") for place in [path] + kubelet.get("flag_sources", [])):
             return None
         return ("Kubernetes %s runs DRA only with the feature gate %s=true (stable from %s): set %s in %s and "
                 "restart kubelet (the API server and scheduler need the gate too)."
@@ -86,11 +94,11 @@ def driver_problem(version, compute_domains):
     return None
 
 
-def problems(facts, kubernetes_version, read, compute_domains=False):
+def problems(facts, kubernetes_version, read, compute_domains=False, gate_pending=False):
     """Every prerequisite this node misses; [] when it is ready."""
     target = facts.get("target") or {}
     runtime = next((r for r in facts.get("runtimes") or [] if r["id"] == target.get("id")), None)
     found = [runtime_problem(runtime["kind"], runtime.get("version")) if runtime and runtime.get("version") else None,
-             kubernetes_problem(kubernetes_version, facts.get("kubelet") or {}, read),
+             kubernetes_problem(kubernetes_version, facts.get("kubelet") or {}, read, gate_pending),
              driver_problem((facts.get("driver") or {}).get("version"), compute_domains)]
     return [problem for problem in found if problem]

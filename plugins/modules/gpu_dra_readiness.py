@@ -26,11 +26,18 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
   kubernetes_version:
-    description: The kubelet's version; empty asks C(kubelet --version) where kubelet is a binary of its own.
+    description: The kubelet's version; empty asks the node (C(kubelet --version), C(k3s|rke2 --version), the snap's
+      metadata).
     type: str
     default: ""
   compute_domains:
     description: ComputeDomains (multi-node NVLink through IMEX) are wanted.
+    type: bool
+    default: false
+  feature_gate_pending:
+    description:
+      - The kubelet's C(DynamicResourceAllocation) gate is being written in this run (by
+        M(gpunode.nvidia.kubelet_feature_gates), in check mode not yet); it is not reported missing.
     type: bool
     default: false
   root:
@@ -54,38 +61,42 @@ kubernetes_version:
   description: The Kubernetes version checked (empty when unknown).
   returned: always
   type: str
+driver_root:
+  description:
+    - The DRA driver chart's C(nvidiaDriverRoot) for this node - C(/run/nvidia/driver) where the GPU operator's driver
+      container publishes the driver (its C(usr/bin/nvidia-smi) is there), else C(/) (a driver installed on the host).
+  returned: always
+  type: str
+  sample: /
 """
-
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import dra_readiness
+from ansible_collections.gpunode.nvidia.plugins.module_utils.kubelet_gates import kubelet_version
 from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
 from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
 
 
-def kubelet_version(module, kubelet):
-    binary = kubelet.get("binary")
-    if not binary or kubelet.get("embedded_in") or not binary.endswith("kubelet"):
-        return ""
-    rc, out, _err = module.run_command([binary, "--version"])
-    match = re.search(r"v(\d+\.\d+\.\d+)", out) if rc == 0 else None
-    return match.group(1) if match else ""
-
-
 def run(module):
     root = module.params["root"]
     facts = gather(root, ("driver", "runtimes", "kubelet", "target"))
-    version = module.params["kubernetes_version"] or kubelet_version(module, facts.get("kubelet") or {})
-    found = dra_readiness.problems(facts, version, Node(root).read, module.params["compute_domains"])
+    node = Node(root)
+
+    def runner(argv):
+        return node.run(argv)[:2] if node.run else (1, "")
+
+    version = module.params["kubernetes_version"] or kubelet_version(facts.get("kubelet") or {}, runner, node.read)
+    found = dra_readiness.problems(facts, version, node.read, module.params["compute_domains"],
+                                   gate_pending=module.params["feature_gate_pending"])
     target = facts.get("target") or {}
     runtime = {"kind": target.get("kind"), "version": target.get("version")}
+    root_of_driver = dra_readiness.driver_root(node)
     if found:
         fail(module, "This node is not ready for DRA; nothing was changed: %s" % " ".join(found), runtime=runtime,
-             kubernetes_version=version)
-    return {"changed": False, "runtime": runtime, "kubernetes_version": version,
+             kubernetes_version=version, driver_root=root_of_driver)
+    return {"changed": False, "runtime": runtime, "kubernetes_version": version, "driver_root": root_of_driver,
             "msg": "Ready for DRA: %s %s, Kubernetes %s, driver %s." % (
                 runtime["kind"], runtime["version"], version or "(version unknown)",
                 (facts.get("driver") or {}).get("version"))}
@@ -96,6 +107,7 @@ def main():
         argument_spec=dict(
             kubernetes_version=dict(type="str", default=""),
             compute_domains=dict(type="bool", default=False),
+            feature_gate_pending=dict(type="bool", default=False),
             root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,

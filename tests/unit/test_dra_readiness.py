@@ -52,3 +52,21 @@ def test_old_kubernetes_and_drivers_are_named():
         "NVIDIA driver 570.86.15 is older than 570.158.01, the DRA driver's minimum for ComputeDomains."]
     assert dra_readiness.problems(facts(driver="560.35.03"), "1.34.2", nothing) == [
         "NVIDIA driver 560.35.03 is older than 565, the DRA driver's minimum."]
+
+
+def test_the_gate_on_kubelets_command_line_or_pending_in_this_run():
+    kubelet = facts(config_path="/var/lib/kubelet/config.yaml")
+    kubelet["kubelet"]["flag_sources"] = ["/proc/412/cmdline", "/var/lib/kubelet/kubeadm-flags.env"]
+    text = {"/proc/412/cmdline": "/usr/bin/kubelet\0--feature-gates=KubeletTracing=true,DynamicResourceAllocation=true"}
+    assert dra_readiness.problems(kubelet, "1.33.4", text.get) == []
+    assert len(dra_readiness.problems(kubelet, "1.33.4", nothing)) == 1
+    assert dra_readiness.problems(kubelet, "1.33.4", nothing, gate_pending=True) == []
+
+
+def test_driver_root_for_the_chart_values(tmp_path):
+    from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
+    assert dra_readiness.driver_root(Node(str(tmp_path))) == "/"
+    operator = tmp_path / "run/nvidia/driver/usr/bin"
+    operator.mkdir(parents=True)
+    (operator / "nvidia-smi").write_text("driver container's binary")
+    assert dra_readiness.driver_root(Node(str(tmp_path))) == "/run/nvidia/driver"
