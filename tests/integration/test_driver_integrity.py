@@ -9,12 +9,17 @@ trees in tests/unit/test_driver_integrity.py). The signed test module is built, 
 shares the host's kernel).
 """
 import json
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 import nvidia_node
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed"))
+from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import secure_boot, version_lock
 
@@ -150,9 +155,26 @@ SUMMARY = [{"name": "Summary",
 ONE_TIME_PASSWORD = "0tp-S3NTINEL-4711"
 
 
-def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_secret(node):
+ENROLLMENT_LABEL = "gpunode.nvidia/secure-boot-enrollment-pending"
+
+
+@pytest.fixture
+def cluster(node, tmp_path):
+    """The Kubernetes API STAND-IN (tests/testbed/kube_api_standin.py) with the node container as a node."""
+    standin = KubeApiStandin([Node(node.name)]).start()
+    standin.kubeconfig = standin.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    yield standin
+    standin.stop()
+
+
+def node_labels(cluster, name):
+    return cluster.node(name)["metadata"]["labels"]
+
+
+def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_secret(node, cluster):
     """The role's dkms_sign path. STAND-INS: mokutil (tests/testbed/stand-ins/mokutil: the enrollment state in
-    files) and the Secure Boot state (nvidia_driver_secure_boot: enabled; a container has no EFI variables)."""
+    files), the Secure Boot state (nvidia_driver_secure_boot: enabled; a container has no EFI variables) and the
+    Kubernetes API the node label is written to."""
     node.serve_repo(nvidia_node.ensure_repo())
     subprocess.run(["docker", "cp", nvidia_node.TESTBED + "/stand-ins/mokutil", node.name + ":/usr/local/sbin/mokutil"],
                    check=True, timeout=60)
@@ -165,8 +187,14 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
                  "nvidia_driver_debian_signed_by": node.url + "/keys/nvidia-test.asc",
                  "nvidia_driver_secure_boot": "enabled", "nvidia_driver_secure_boot_strategy": "dkms_sign",
                  "nvidia_driver_signing_key": key, "nvidia_driver_signing_certificate": cert,
-                 "nvidia_driver_mok_password": ONE_TIME_PASSWORD}
+                 "nvidia_driver_mok_password": ONE_TIME_PASSWORD, "gpunode_kubeconfig": cluster.kubeconfig}
     key_body = key.strip().splitlines()[1]
+
+    checked = node.play(DRIVER, variables, check=True)
+    assert not checked.failed, checked.failure_messages()
+    assert checked.result_of("Label the node with its Secure Boot key enrollment state")["would"] == (
+        "set %s=true on node %s" % (ENROLLMENT_LABEL, node.name))
+    assert ENROLLMENT_LABEL not in node_labels(cluster, node.name) and node.read(secure_boot.SIGNING_KEY) is None
 
     first = node.play(DRIVER, variables, post_tasks=SUMMARY)
     assert not first.failed, first.failure_messages()
@@ -180,6 +208,7 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
     assert node.sh("stat -c %a " + secure_boot.SIGNING_KEY).stdout.strip() == "600"
     assert node.sh("mokutil --list-new").stdout.strip()  # queued once, with the password given twice
     assert sorted(node.sh("apt-mark showhold").stdout.split()) == sorted(OPEN_SET)
+    assert node_labels(cluster, node.name)[ENROLLMENT_LABEL] == "true"
 
     again = node.play(DRIVER, variables)
     assert not again.failed and again.changed == 0, again.changed_tasks()
@@ -188,8 +217,10 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
 
     node.sh("d=/var/lib/gpunode-standin/mok; mv $d/new/* $d/enrolled/")  # confirmed in MokManager
     enrolled = node.play(DRIVER, variables, post_tasks=SUMMARY)
-    assert not enrolled.failed and enrolled.changed == 0, enrolled.changed_tasks()
+    assert not enrolled.failed, enrolled.failure_messages()
+    assert enrolled.changed_tasks() == ["Label the node with its Secure Boot key enrollment state"]  # removed
     assert not any("ENROLLMENT PENDING" in m for m in enrolled.messages())
+    assert ENROLLMENT_LABEL not in node_labels(cluster, node.name)
 
     without_password = node.play(DRIVER, dict(variables, nvidia_driver_mok_password=""))
     assert not without_password.failed  # enrolled: no password needed any more
