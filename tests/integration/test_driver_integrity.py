@@ -72,20 +72,25 @@ def write(node, path, text):
     node.sh("mkdir -p \"$(dirname %s)\" && cat > %s <<'GPUNODE_EOF'\n%sGPUNODE_EOF" % (path, path, text))
 
 
-def test_real_dkms_signs_a_module_with_the_organisation_key_it_is_configured_with(node):
+def add_test_module(node):
+    """The test module's source registered with DKMS; returns the kernel it is built for and its installed path."""
     kernel = node.sh("ls /lib/modules").stdout.split()[0]
+    write(node, "/usr/src/gpunode-signtest-1.0/gpunode_signtest.c", TEST_MODULE_C)
+    write(node, "/usr/src/gpunode-signtest-1.0/Makefile", "obj-m := gpunode_signtest.o\n")
+    write(node, "/usr/src/gpunode-signtest-1.0/dkms.conf", TEST_MODULE_DKMS)
+    return kernel, "/lib/modules/%s/updates/dkms/gpunode_signtest.ko" % kernel
+
+
+def test_real_dkms_signs_a_module_with_the_organisation_key_it_is_configured_with(node):
     # The organisation's key and certificate, where the role installs them, and the role's DKMS configuration.
     node.sh("mkdir -p /var/lib/gpunode/secure-boot && cd /var/lib/gpunode/secure-boot && "
             "openssl req -new -x509 -newkey rsa:2048 -nodes -days 30 -subj '/CN=Example Corp GPU fleet signing/' "
             "-keyout signing.key -out signing.pem 2>/dev/null && openssl x509 -in signing.pem -outform DER "
             "-out signing.der")
     write(node, secure_boot.DKMS_SIGNING_CONF, secure_boot.dkms_signing_conf())
-    write(node, "/usr/src/gpunode-signtest-1.0/gpunode_signtest.c", TEST_MODULE_C)
-    write(node, "/usr/src/gpunode-signtest-1.0/Makefile", "obj-m := gpunode_signtest.o\n")
-    write(node, "/usr/src/gpunode-signtest-1.0/dkms.conf", TEST_MODULE_DKMS)
+    kernel, module = add_test_module(node)
     built = node.sh("dkms install gpunode-signtest/1.0 -k %s 2>&1" % kernel, timeout=600)
     assert "Signing module" in built.stdout or "sign" in built.stdout.lower(), built.stdout
-    module = "/lib/modules/%s/updates/dkms/gpunode_signtest.ko" % kernel
     signer = node.sh("modinfo -F signer %s" % module).stdout.strip()
     print("modinfo -F signer %s: %s" % (module, signer))
     print(node.sh("modinfo %s | grep -E '^(signer|sig_key|sig_hashalgo|vermagic)'" % module).stdout)
@@ -189,6 +194,14 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
                  "nvidia_driver_signing_key": key, "nvidia_driver_signing_certificate": cert,
                  "nvidia_driver_mok_password": ONE_TIME_PASSWORD, "gpunode_kubeconfig": cluster.kubeconfig}
     key_body = key.strip().splitlines()[1]
+    # A module DKMS built before the role gave it the organisation's key: Debian's DKMS signed it with its own
+    # (/var/lib/dkms/mok.key, never enrolled). STAND-IN: the kernel image file, so that the headers' kernel counts
+    # as installed (a container boots none).
+    kernel, module = add_test_module(node)
+    node.sh("dkms install gpunode-signtest/1.0 -k %s && touch /boot/vmlinuz-%s" % (kernel, kernel), timeout=600)
+    signer_before = node.sh("modinfo -F signer %s" % module).stdout.strip()
+    print("before dkms_sign, modinfo -F signer %s: %s" % (module, signer_before))
+    assert signer_before != "Example Corp GPU fleet signing"
 
     checked = node.play(DRIVER, variables, check=True)
     assert not checked.failed, checked.failure_messages()
@@ -209,6 +222,11 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
     assert node.sh("mokutil --list-new").stdout.strip()  # queued once, with the password given twice
     assert sorted(node.sh("apt-mark showhold").stdout.split()) == sorted(OPEN_SET)
     assert node_labels(cluster, node.name)[ENROLLMENT_LABEL] == "true"
+    assert first.result_of("Rebuild the DKMS modules of the installed kernels not signed with the organisation's "
+                           "key")["changed"]
+    signer_after = node.sh("modinfo -F signer %s" % module).stdout.strip()
+    print("after dkms_sign, modinfo -F signer %s: %s" % (module, signer_after))
+    assert signer_after == "Example Corp GPU fleet signing"
 
     again = node.play(DRIVER, variables)
     assert not again.failed and again.changed == 0, again.changed_tasks()
