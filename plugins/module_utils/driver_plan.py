@@ -363,7 +363,7 @@ def plan_driver(node, request, env):
     if plan["secure_boot"]["strategy"] == "dkms_sign":
         plan["secure_boot"]["dkms_to_sign"] = dkms_builds_to_sign(
             node, kernel_facts["installed"], certificate_serial(request.get("signing_certificate")))
-    plan["version_lock"] = lock_plan(dist["package_manager"], node.packages()["packages"])
+    plan["version_lock"] = lock_plan(dist["package_manager"], node.packages()["packages"], node.run)
     plan["drift"] = node_drift(node, installed["loaded_version"], dist["package_manager"])
     if action not in ("install", "upgrade"):
         return plan

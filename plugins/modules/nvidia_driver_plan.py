@@ -317,7 +317,7 @@ plan:
       description: >-
         The driver's locked version set - C(package_manager), C(packages) (name to installed version), C(names),
         C(preferences_path) and C(preferences), C(unattended_path) and C(unattended) (apt), and C(versionlock) (dnf, yum) - per package its
-        C(name) and the C(lock) and C(release) commands.
+        C(name) and the C(lock) and C(release) commands - with C(versionlocked), the names C(versionlock list) shows locked now.
       type: dict
     drift:
       description: >-

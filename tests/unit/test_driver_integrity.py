@@ -219,6 +219,26 @@ def test_dnf_versionlock_plan():
     assert version_lock.lock_plan("yum", installed)["versionlock"][0]["lock"][:3] == ["yum", "versionlock", "add"]
 
 
+DNF_INSTALLED = {"nvidia-driver-cuda": "3:580.65.06-1.el9", "kmod-nvidia-open-dkms": "3:580.65.06-1.el9",
+                 "nvidia-fabric-manager": "580.65.06-1"}
+
+
+def test_versionlock_list_is_read_so_check_mode_reports_each_lock_it_would_add():
+    listing = "Last metadata expiration check: 0:01:02 ago.\nnvidia-driver-cuda-3:580.65.06-1.el9.*\n"
+    plan = version_lock.lock_plan("dnf", DNF_INSTALLED, runner({("dnf", "-q", "versionlock", "list"): (0, listing)}))
+    assert plan["versionlocked"] == ["nvidia-driver-cuda"]  # the role locks the two others, in check mode too
+    yum = version_lock.lock_plan("yum", DNF_INSTALLED, runner({("yum", "-q", "versionlock", "list"): (
+        0, "0:nvidia-fabric-manager-580.65.06-1.*\n3:kmod-nvidia-open-dkms-580.65.06-1.el9.*\n")}))
+    assert yum["versionlocked"] == ["kmod-nvidia-open-dkms", "nvidia-fabric-manager"]
+    no_plugin = version_lock.lock_plan("dnf", DNF_INSTALLED, runner({}))  # 'No such command: versionlock'
+    assert no_plugin["versionlocked"] == [] and len(no_plugin["versionlock"]) == 3
+
+
+def test_versionlock_list_matches_whole_names_only():
+    assert version_lock.versionlock_locked("nvidia-driver-cuda-libs-3:580.65.06-1.el9.*\n",
+                                           ["nvidia-driver-cuda", "nvidia-driver-cuda-libs"]) == ["nvidia-driver-cuda-libs"]
+
+
 def test_nothing_installed_nothing_locked():
     plan = version_lock.lock_plan("apt", {"containerd": "1.6.20~ds1-1"})
     assert plan["names"] == [] and plan["preferences"] is None and plan["unattended"] is None
