@@ -282,7 +282,7 @@ class NodeMaintenance:
         except ApiException as exc:
             if exc.status == 404:
                 raise NodeNotFound("node %s is not in the cluster: give the Kubernetes node name (kubectl get "
-                                       "nodes), e.g. through gpu_maintenance_node_name" % self.node)
+                                   "nodes), e.g. through gpu_maintenance_node_name" % self.node)
             raise
 
     def pods_on_node(self, label_selector=None):
