@@ -29,6 +29,7 @@ ARGUMENT_SPEC = dict(
     expected_allocatable=dict(type="dict"),
     validate_pod=dict(type="bool", default=False),
     pod_image=dict(type="str", default="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"),
+    labels=dict(type="dict"),
 )
 
 
@@ -78,7 +79,17 @@ class ActionModule(ValidatedAction):
             return maintenance.pause_operands()
         if step == "resume_gpu_operands":
             return maintenance.resume_operands()
+        if step == "label":
+            return maintenance.label(self._labels(args["labels"]))
         return maintenance.validate(args["expected_allocatable"], self._verifier(api, args))
+
+    @staticmethod
+    def _labels(labels):
+        """name: value as the API stores it (a string), None to remove the label."""
+        if not labels:
+            raise AnsibleActionFail("step label needs labels: a mapping of label name to value (null removes it)")
+        return dict((name, None if value is None else str(value).lower() if isinstance(value, bool) else str(value))
+                    for name, value in labels.items())
 
     @staticmethod
     def _verifier(api, args):

@@ -37,7 +37,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.package_versions im
     DEB_FILE_RE, branch_of, install_command, lockstep_version, upstream, version_key)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.secure_boot import (
     DKMS_SIGNING_CONF, SIGNING_CERT, SIGNING_CERT_PEM, SIGNING_KEY, choose_strategy, dkms_signing_conf,
-    missing_precompiled_message, precompiled_packages, simulated_kernel)
+    missing_precompiled_message, precompiled_packages, simulated_kernel, certificate_serial, dkms_builds_to_sign)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.version_lock import lock_plan
 
 CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -253,7 +253,8 @@ def secure_boot_plan(dist, module_path, sb, mok, request):
     return {"enabled": sb["enabled"], "source": sb["source"], "strategy": choice["strategy"],
             "strategy_reason": choice["reason"], "module_signed": signed, "mok_key": mok["path"],
             "mok_enrolled": mok["enrolled"], "blocks_install": blocks, "message": message if blocks else None,
-            "precompiled": None, "signing": signing_paths() if choice["strategy"] == "dkms_sign" else None}
+            "precompiled": None, "signing": signing_paths() if choice["strategy"] == "dkms_sign" else None,
+            "dkms_to_sign": []}
 
 
 def strategy_refusal(strategy, dist, module_path, sb, mok, request):
@@ -359,7 +360,10 @@ def plan_driver(node, request, env):
     sb = env["secure_boot"] if env.get("secure_boot") is not None else secure_boot(node, node.run)
     mok = mok_key(node, node.run, env.get("mok_enrolled"))
     plan["secure_boot"] = secure_boot_plan(dist, module_path, sb, mok, request)
-    plan["version_lock"] = lock_plan(dist["package_manager"], node.packages()["packages"])
+    if plan["secure_boot"]["strategy"] == "dkms_sign":
+        plan["secure_boot"]["dkms_to_sign"] = dkms_builds_to_sign(
+            node, kernel_facts["installed"], certificate_serial(request.get("signing_certificate")))
+    plan["version_lock"] = lock_plan(dist["package_manager"], node.packages()["packages"], node.run)
     plan["drift"] = node_drift(node, installed["loaded_version"], dist["package_manager"])
     if action not in ("install", "upgrade"):
         return plan

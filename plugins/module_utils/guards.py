@@ -147,7 +147,7 @@ def dkms_module_installed(status_text, kernel):
 
 
 def kernel_release_decision(candidate, running, module_path, prebuilt_available=None, dkms_result=None,
-                            dkms_installed=False, check_mode=False):
+                            dkms_installed=False, check_mode=False, signature=None):
     """{ok, reason}: may the kernel hold be released?
 
     module_path: 'prebuilt' (Ubuntu's linux-modules-nvidia packages) or 'dkms' (or 'kmod', 'run').
@@ -156,7 +156,9 @@ def kernel_release_decision(candidate, running, module_path, prebuilt_available=
     dkms_installed: whether `dkms status` lists the NVIDIA module for the candidate kernel (before or after
     the build): `dkms autoinstall` exits 0 when it skips a module (BUILD_EXCLUSIVE_KERNEL), so its exit
     status alone proves nothing.
-    check_mode: the build was not tried because nothing may change."""
+    check_mode: the build was not tried because nothing may change.
+    signature: with Secure Boot on, (signer, what modinfo said) of the DKMS module installed for the candidate
+    kernel (`modinfo -k KERNEL -F signer nvidia`); an empty signer keeps the kernel held. None: Secure Boot off."""
     if not candidate or candidate == running:
         return {"ok": True, "reason": "no newer kernel is available: releasing the hold changes nothing now"}
     if module_path == "prebuilt":
@@ -167,11 +169,12 @@ def kernel_release_decision(candidate, running, module_path, prebuilt_available=
                 "archive carries linux-modules-nvidia for it." % candidate}
     if module_path == "dkms":
         if dkms_installed:
-            return {"ok": True, "reason": "the NVIDIA DKMS module is installed for kernel %s" % candidate}
+            return _signed_module_decision(candidate, signature)
         if dkms_result is None:
             if check_mode:
                 return {"ok": True, "reason": "check mode: the headers of kernel %s would be installed and the "
-                        "NVIDIA DKMS module built for it; the kernel is released only if that succeeds" % candidate}
+                        "NVIDIA DKMS module built for it%s; the kernel is released only if that succeeds" % (
+                            candidate, " and signed (Secure Boot is on)" if signature is not None else "")}
             return {"ok": False, "reason": "the DKMS build for kernel %s was not tried; the kernel stays held"
                     % candidate}
         rc, output = dkms_result
@@ -186,6 +189,21 @@ def kernel_release_decision(candidate, running, module_path, prebuilt_available=
                 % (candidate, rc, (output or "").strip()[-400:])}
     return {"ok": False, "reason": "the NVIDIA module was not installed through packages (%s): it cannot be "
             "checked for kernel %s; the kernel stays held" % (module_path, candidate)}
+
+
+def _signed_module_decision(candidate, signature):
+    """The DKMS module is installed for the candidate kernel: with Secure Boot on it must also be signed."""
+    installed = "the NVIDIA DKMS module is installed for kernel %s" % candidate
+    if signature is None:
+        return {"ok": True, "reason": installed}
+    signer, said = signature
+    if signer:
+        return {"ok": True, "reason": "%s and signed by %s" % (installed, signer)}
+    return {"ok": False, "reason": "Secure Boot is on and %s but not signed (modinfo -k %s -F signer nvidia: %s): "
+            "the kernel would refuse to load it and an upgrade would boot a node without its GPU. The kernel "
+            "stays held. Sign DKMS builds with the organisation's key (nvidia_driver_secure_boot_strategy: "
+            "dkms_sign, docs/secure-boot.md): the role then rebuilds and signs the module for every installed "
+            "kernel; release the kernel after that run." % (installed, candidate, (said or "no signer").strip()[-300:])}
 
 
 # --- Ubuntu transitional packages -------------------------------------------------------------------------

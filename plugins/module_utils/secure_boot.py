@@ -25,8 +25,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import binascii
 import gzip
 import re
+import struct
 
 try:
     import lzma
@@ -39,6 +42,7 @@ SIGNING_KEY = SIGNING_DIR + "/signing.key"
 SIGNING_CERT_PEM = SIGNING_DIR + "/signing.pem"
 SIGNING_CERT = SIGNING_DIR + "/signing.der"
 DKMS_SIGNING_CONF = "/etc/dkms/framework.conf.d/gpunode-signing.conf"
+DKMS_TREE = "/var/lib/dkms"
 # shim's MokNew variable holds the keys `mokutil --import` queued for MokManager at the next boot.
 MOK_GUID = "605dab50-e046-4300-abb6-3dd810dd8b23"
 MOK_NEW = "/sys/firmware/efi/efivars/MokNew-" + MOK_GUID
@@ -92,6 +96,116 @@ def dkms_signing_conf():
             'mok_signing_key="%s"\nmok_certificate="%s"\n' % (SIGNING_KEY, SIGNING_CERT))
 
 
+def dkms_builds_to_sign(node, kernels, certificate_serial=None):
+    """[{'module': 'NAME/VERSION', 'kernel': KERNEL}] of the DKMS builds for these kernels holding a module that is
+    unsigned, or signed by another key than the certificate's (serial): built before DKMS had the organisation's
+    key (Debian's DKMS 3 then signs with its own, unenrolled /var/lib/dkms/mok.key), they stay so until rebuilt.
+    DKMS's tree is /var/lib/dkms/NAME/VERSION/KERNEL/ARCH/module/*.ko[.xz|.gz]; unreadable files are not counted."""
+    found = []
+    for name in node.listdir(DKMS_TREE):
+        for version in node.listdir("%s/%s" % (DKMS_TREE, name)):
+            for kernel in kernels:
+                build = "%s/%s/%s/%s" % (DKMS_TREE, name, version, kernel)
+                files = [path for arch in node.listdir(build)
+                         for path in node.glob(build + "/" + arch + "/module", "*.ko*")]
+                if any(_needs_signing(node.local(path), certificate_serial) for path in files):
+                    found.append({"module": "%s/%s" % (name, version), "kernel": kernel})
+    return found
+
+
+def _needs_signing(local_path, certificate_serial):
+    signed = module_file_signed(local_path)
+    if signed is None:
+        return False
+    if not signed:
+        return True
+    return certificate_serial is not None and module_signer_serial(local_path) != certificate_serial
+
+
+def _der(data, pos):
+    """(tag, start, end) of the DER element at pos: its tag byte and where its content starts and ends."""
+    tag, length = _byte(data, pos), _byte(data, pos + 1)
+    pos += 2
+    if length & 0x80:
+        count = length & 0x7F
+        length = int(binascii.hexlify(data[pos:pos + count]) or b"0", 16)
+        pos += count
+    if pos + length > len(data):
+        raise ValueError("truncated DER element")
+    return tag, pos, pos + length
+
+
+def _byte(data, pos):
+    return bytearray(data[pos:pos + 1])[0]
+
+
+def _children(data, start, end):
+    """The DER elements inside [start, end), as (tag, start, end)."""
+    found = []
+    while start < end:
+        element = _der(data, start)
+        found.append(element)
+        start = element[2]
+    return found
+
+
+def certificate_serial(pem_text):
+    """Serial number (bytes) of a PEM certificate, None when it cannot be read."""
+    body = re.search(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", pem_text or "", re.S)
+    try:
+        der = base64.b64decode(re.sub(r"\s", "", body.group(1)))
+        _tag, start, end = _der(der, 0)                          # Certificate
+        _tag, start, end = _der(der, start)                      # tbsCertificate
+        fields = _children(der, start, end)
+        serial = fields[1] if fields[0][0] == 0xA0 else fields[0]  # [0] version is optional
+        return der[serial[1]:serial[2]]
+    except (AttributeError, IndexError, ValueError, TypeError, binascii.Error):
+        return None
+
+
+def module_signer_serial(local_path):
+    """Serial number (bytes) of the certificate whose key signed a module (PKCS#7 issuerAndSerialNumber, as
+    the kernel's sign-file writes it), None when unsigned, signed otherwise or unreadable."""
+    data = _module_bytes(local_path)
+    if not data or not data.endswith(MODULE_SIGNATURE):
+        return None
+    trailer = data[-len(MODULE_SIGNATURE) - 12:-len(MODULE_SIGNATURE)]  # struct module_signature
+    sig_len = struct.unpack(">I", trailer[8:12])[0]
+    signature = data[-len(MODULE_SIGNATURE) - 12 - sig_len:-len(MODULE_SIGNATURE) - 12]
+    try:
+        _tag, start, end = _der(signature, 0)                          # ContentInfo
+        _oid, (_tag, start, end) = _children(signature, start, end)[:2]
+        _tag, start, end = _der(signature, start)                      # SignedData
+        signer_infos = _children(signature, start, end)[-1]            # SET OF SignerInfo
+        _tag, start, end = _der(signature, signer_infos[1])            # the first SignerInfo
+        sid = _children(signature, start, end)[1]
+        if sid[0] != 0x30:                                             # subjectKeyIdentifier: not compared
+            return None
+        serial = _children(signature, sid[1], sid[2])[1]
+        return signature[serial[1]:serial[2]]
+    except (IndexError, ValueError, TypeError):
+        return None
+
+
+def _module_bytes(local_path):
+    """The module's bytes (decompressed), or its last 1 MiB when plain (the signature is at the end)."""
+    try:
+        if local_path.endswith(".xz"):
+            if lzma is None:
+                return None
+            with lzma.open(local_path) as handle:
+                return handle.read()
+        if local_path.endswith(".gz"):
+            with gzip.open(local_path) as handle:
+                return handle.read()
+        with open(local_path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - 1024 * 1024))
+            return handle.read()
+    except Exception:  # unreadable or corrupt module: unknown
+        return None
+
+
 def enrollment_state(test_key_text):
     """'enrolled', 'pending' (queued for MokManager) or 'not_enrolled' from `mokutil --test-key CERT`."""
     text = test_key_text or ""
@@ -120,20 +234,5 @@ def loaded_module_signature(signer_text, tainted_text):
 
 def module_file_signed(local_path):
     """Whether a module file carries an appended signature (plain, .xz or .gz); None when unreadable."""
-    try:
-        if local_path.endswith(".xz"):
-            if lzma is None:
-                return None
-            with lzma.open(local_path) as handle:
-                data = handle.read()
-        elif local_path.endswith(".gz"):
-            with gzip.open(local_path) as handle:
-                data = handle.read()
-        else:
-            with open(local_path, "rb") as handle:
-                handle.seek(0, 2)
-                handle.seek(max(0, handle.tell() - len(MODULE_SIGNATURE)))
-                data = handle.read()
-    except Exception:  # unreadable or corrupt module: unknown, never a failed plan or rule
-        return None
-    return data.endswith(MODULE_SIGNATURE)
+    data = _module_bytes(local_path)
+    return None if data is None else data.endswith(MODULE_SIGNATURE)

@@ -62,14 +62,23 @@ def dnf_lock_specs(packages):
     return ["%s-%s" % (name, packages[name]) for name in sorted(packages)]
 
 
-def lock_plan(manager, installed):
+def versionlock_locked(list_text, names):
+    """The names `dnf versionlock list` ("NAME-EPOCH:VERSION-RELEASE.*") or `yum versionlock list`
+    ("EPOCH:NAME-VERSION-RELEASE.*") shows locked."""
+    entries = [re.sub(r"^\d+:", "", line.strip()) for line in (list_text or "").splitlines()]
+    return sorted(name for name in names
+                  if any(re.match(re.escape(name) + r"-\d", entry) for entry in entries))
+
+
+def lock_plan(manager, installed, run=None):
     """What holds the set: the files (apt), the package names to hold, and per package the versionlock commands
-    that lock and release it (dnf, yum)."""
+    that lock and release it (dnf, yum) and which names are locked now (`versionlock list` through RUN; none
+    while the plugin is missing), so that check mode reports each lock it would add."""
     packages = locked_packages(installed)
     names = sorted(packages)
     plan = {"package_manager": manager, "packages": packages, "names": names,
             "preferences_path": None, "preferences": None, "unattended_path": None, "unattended": None,
-            "versionlock": []}
+            "versionlock": [], "versionlocked": []}
     if not names:
         return plan
     if manager == "apt":
@@ -79,4 +88,7 @@ def lock_plan(manager, installed):
         plan["versionlock"] = [{"name": name, "lock": [manager, "versionlock", "add", spec],
                                 "release": [manager, "versionlock", "delete", name]}
                                for name, spec in zip(names, dnf_lock_specs(packages))]
+        if run is not None:
+            rc, out, _err = run([manager, "-q", "versionlock", "list"])
+            plan["versionlocked"] = versionlock_locked(out, names) if rc == 0 else []
     return plan

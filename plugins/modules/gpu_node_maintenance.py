@@ -36,6 +36,9 @@ description:
     least as many times; with O(validate_pod) a CUDA vector-add pod pinned to the node must then pass (the pod of
     M(gpunode.nvidia.gpu_cluster_check), tolerating the cordon)."
   - "V(uncordon): makes the node schedulable only when this maintenance cordoned it, and removes its annotations."
+  - "V(label): sets the node labels of O(labels) and removes those whose value is null (the driver role's
+    C(gpunode.nvidia/secure-boot-enrollment-pending)). A node that is not in the cluster yet is reported
+    (RV(node_found)), not an error: a node prepared before it joins is labelled by the first run after it joined."
   - Every write carries the node's C(resourceVersion); when another writer changed the node meanwhile (409
     Conflict) the step reads it again and decides again.
 author:
@@ -51,7 +54,8 @@ options:
     description: The step to run.
     type: str
     required: true
-    choices: [cordon, wait_for_jobs, evict_gpu_pods, drain, pause_gpu_operands, resume_gpu_operands, validate, uncordon]
+    choices: [cordon, wait_for_jobs, evict_gpu_pods, drain, pause_gpu_operands, resume_gpu_operands, validate, uncordon,
+              label]
   owner:
     description: Who is maintaining the node (e.g. V(upgrade), V(partitioning)), recorded on the node.
     type: str
@@ -80,6 +84,10 @@ options:
     description: The vector-add image for O(validate_pod) (a mirror of it on air-gapped clusters).
     type: str
     default: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+  labels:
+    description:
+      - For V(label), label name to value; a null value removes the label. Booleans are written V(true)/V(false).
+    type: dict
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -121,6 +129,14 @@ EXAMPLES = r"""
     step: validate
     expected_allocatable: {nvidia.com/mig-1g.10gb: 7}
     validate_pod: false
+  delegate_to: localhost
+
+- name: Label the node while its Secure Boot key waits for MokManager, remove the label once enrolled
+  gpunode.nvidia.gpu_node_maintenance:
+    node: gpu-node-7
+    step: label
+    labels:
+      gpunode.nvidia/secure-boot-enrollment-pending: "{{ 'true' if nvidia_driver_enrollment_pending else None }}"
   delegate_to: localhost
 """
 
@@ -174,6 +190,15 @@ pod:
   description: The vector-add pod's result, as one entry of the C(nodes) that M(gpunode.nvidia.gpu_cluster_check) returns.
   returned: step is validate
   type: dict
+labels:
+  description: The label names set or removed (or that would be, in check mode).
+  returned: step is label
+  type: list
+  elements: str
+node_found:
+  description: V(label) found the node in the cluster (false, the node has not joined yet, nothing was labelled).
+  returned: step is label
+  type: bool
 would:
   description: What the step would do.
   returned: check mode

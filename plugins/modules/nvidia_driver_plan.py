@@ -166,6 +166,12 @@ options:
     description: Whether the operator gave the organisation's module signing key and certificate (never the key itself).
     type: bool
     default: false
+  signing_certificate:
+    description:
+      - The organisation's signing certificate (PEM; public). With C(dkms_sign), DKMS builds whose modules another
+        key signed (DKMS's own) are listed for a rebuild (I(secure_boot.dkms_to_sign)).
+    type: str
+    default: ""
   running_kernel:
     description: Kernel release running (default - this machine's). Set it when planning for a mounted image.
     type: str
@@ -303,14 +309,15 @@ plan:
       description: >-
         C(enabled) (true, false or null), C(source), C(strategy) (C(none), C(precompiled), C(dkms_sign) or
         C(refuse)), C(strategy_reason), C(module_signed), C(mok_key), C(mok_enrolled), C(blocks_install), C(message),
-        C(precompiled) (C(kernels), C(packages), C(missing)) and C(signing) (the paths of the signing key and
-        certificate on the node, and the DKMS configuration file).
+        C(precompiled) (C(kernels), C(packages), C(missing)), C(signing) (the paths of the signing key and
+        certificate on the node, and the DKMS configuration file) and C(dkms_to_sign) (with C(dkms_sign), each
+        DKMS build for an installed kernel holding a module unsigned or signed by another key - C(module) NAME/VERSION and C(kernel)).
       type: dict
     version_lock:
       description: >-
         The driver's locked version set - C(package_manager), C(packages) (name to installed version), C(names),
         C(preferences_path) and C(preferences), C(unattended_path) and C(unattended) (apt), and C(versionlock) (dnf, yum) - per package its
-        C(name) and the C(lock) and C(release) commands.
+        C(name) and the C(lock) and C(release) commands - with C(versionlocked), the names C(versionlock list) shows locked now.
       type: dict
     drift:
       description: >-
@@ -362,7 +369,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.toolkit_plan import
 DRIVER_KEYS = ("branch", "default_branch", "flavour", "install_without_gpu", "allow_upgrade", "source", "packages",
                "ubuntu_modules", "debian_mirror", "debian_suites", "debian_signed_by", "repo_base", "repo_url",
                "repo_key_url", "offline_dir", "kernel_headers", "secure_boot_check", "secure_boot_strategy",
-               "signing_key_given")
+               "signing_key_given", "signing_certificate")
 TOOLKIT_KEYS = ("version", "allow_upgrade", "source", "repo_base", "repo_url", "repo_key_url", "channel",
                 "gpgcheck", "repo_gpgcheck", "offline_dir")
 
@@ -393,6 +400,7 @@ ARGUMENT_SPEC = dict(
     secure_boot_check=dict(type="bool", default=True),
     secure_boot_strategy=dict(type="str", default="auto", choices=["auto", "precompiled", "dkms_sign", "refuse"]),
     signing_key_given=dict(type="bool", default=False),
+    signing_certificate=dict(type="str", default=""),
     running_kernel=dict(type="str"),
     architecture=dict(type="str"),
     secure_boot=dict(type="bool"),

@@ -22,7 +22,9 @@ description:
     install, a prebuilt module package (Ubuntu's C(linux-modules-nvidia-BRANCH-KERNEL)) or the DKMS module
     listed as installed for that kernel by C(dkms status -k KERNEL), built first when it is not (its headers
     are installed, then C(dkms autoinstall -k KERNEL); its exit status alone is not trusted, it is 0 when
-    a C(BUILD_EXCLUSIVE_KERNEL) skips the module). Otherwise the kernel stays held and the task fails with why.
+    a C(BUILD_EXCLUSIVE_KERNEL) skips the module). With O(secure_boot) that DKMS module must also be signed
+    (C(modinfo -k KERNEL -F signer nvidia)); Ubuntu's prebuilt packages are signed by Canonical. Otherwise the
+    kernel stays held and the task fails with why, naming the kernel.
   - O(check=transitional) reads C(apt-cache show) of the packages about to be installed and fails when one named
     for the requested driver branch depends on another branch's packages (Ubuntu turns the packages of a branch
     at its end of life into transitional packages of a newer one).
@@ -79,6 +81,10 @@ options:
     description: C(open) or C(proprietary), for the prebuilt module package name; O(check=kernel) only.
     type: str
     default: open
+  secure_boot:
+    description: Secure Boot is on, so O(kernel_hold=release) needs a signed module for the new kernel; O(check=kernel).
+    type: bool
+    default: false
   packages:
     description: Package names or C(name=version) specs about to be installed; O(check=transitional) only.
     type: list
@@ -215,6 +221,17 @@ def dkms_installed(module, dkms, kernel):
     return rc == 0 and guards.dkms_module_installed(out, kernel)
 
 
+def module_signature(module, kernel):
+    """(signer, what modinfo said) of the NVIDIA module installed for KERNEL; None with Secure Boot off."""
+    if not module.params["secure_boot"]:
+        return None
+    modinfo = module.get_bin_path("modinfo", opt_dirs=["/sbin", "/usr/sbin"])
+    if not modinfo:
+        return "", "there is no modinfo command on this node (install kmod)"
+    rc, out, err = run(module, [modinfo, "-k", kernel, "-F", "signer", "nvidia"])
+    return (out.strip() if rc == 0 else ""), (err or out or "no signer").strip()
+
+
 def release_allowed(module, candidate):
     """(decision, changed): changed when kernel headers were installed or DKMS built for the candidate."""
     params = module.params
@@ -231,9 +248,9 @@ def release_allowed(module, candidate):
     if not dkms:
         return decide(dkms_result=(127, "there is no dkms command on this node")), False
     if dkms_installed(module, dkms, candidate):
-        return decide(dkms_installed=True), False
+        return decide(dkms_installed=True, signature=module_signature(module, candidate)), False
     if module.check_mode:
-        return decide(check_mode=True), False
+        return decide(check_mode=True, signature=(None, None) if params["secure_boot"] else None), False
     headers = ("linux-headers-" if params["package_manager"] == "apt" else "kernel-devel-") + candidate
     installer = (["apt-get", "install", "-y", "--no-install-recommends"] if params["package_manager"] == "apt"
                  else [params["package_manager"], "install", "-y"])
@@ -243,7 +260,9 @@ def release_allowed(module, candidate):
     # autoinstall exits 0 when it skips a module (BUILD_EXCLUSIVE_KERNEL): dkms status has the last word.
     rc, out, err = run(module, [dkms, "autoinstall", "-k", candidate])
     output = "\n".join(part.strip() for part in (out, err) if part.strip())
-    return decide(dkms_result=(rc, output), dkms_installed=rc == 0 and dkms_installed(module, dkms, candidate)), True
+    built = rc == 0 and dkms_installed(module, dkms, candidate)
+    return decide(dkms_result=(rc, output), dkms_installed=built,
+                  signature=module_signature(module, candidate) if built else None), True
 
 
 def kernel(module):
@@ -307,6 +326,7 @@ def main():
             module_path=dict(type="str", default="dkms"),
             branch=dict(type="str", default=""),
             flavour=dict(type="str", default="open"),
+            secure_boot=dict(type="bool", default=False),
             packages=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,

@@ -2,7 +2,8 @@
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
 """Node maintenance through the Kubernetes API (controller side): cordon, wait for jobs, evict GPU pods, drain,
-pause and resume the GPU operator's operands, validate, uncordon.
+pause and resume the GPU operator's operands, validate, uncordon; and the labels other roles put on a node
+(the driver role's Secure Boot enrollment state).
 
 One implementation for every caller (rolling upgrades, partitioning). What a step must remember is kept on the
 Node object, never in the play, so a killed run resumes from the node:
@@ -35,7 +36,7 @@ except ImportError:  # without the kubernetes client the action stops before any
         """Never raised: keeps the except clauses valid without urllib3."""
 
 STEPS = ("cordon", "wait_for_jobs", "evict_gpu_pods", "drain", "pause_gpu_operands", "resume_gpu_operands",
-         "validate", "uncordon")
+         "validate", "uncordon", "label")
 INITIAL_STATE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 OWNER_ANNOTATION = "gpunode.nvidia/maintenance-owner"
 PAUSED_ANNOTATION = "gpunode.nvidia/paused-operands"
@@ -56,6 +57,10 @@ CONFLICT_RETRIES = 5
 
 class MaintenanceError(Exception):
     """A step could not finish; the message says what, why and what to do."""
+
+
+class NodeNotFound(MaintenanceError):
+    """The Kubernetes API has no node of that name."""
 
 
 # --- decisions on plain objects ------------------------------------------------------------------------------
@@ -131,6 +136,14 @@ def resume_patch(node):
         return None, []
     return {"metadata": {"labels": dict((OPERAND_LABEL_PREFIX + name, "true") for name in operands),
                          "annotations": {PAUSED_ANNOTATION: None}}}, operands
+
+
+def label_patch(node, wanted):
+    """(patch or None, changed names): set each label of WANTED to its value, remove those whose value is None."""
+    labels = labels_of(node)
+    changes = dict((key, value) for key, value in wanted.items()
+                   if labels.get(key) != value and (value is not None or key in labels))
+    return ({"metadata": {"labels": changes}} if changes else None), sorted(changes)
 
 
 def _resources(container):
@@ -268,8 +281,8 @@ class NodeMaintenance:
             return self._json(self.core.read_node(self.node))
         except ApiException as exc:
             if exc.status == 404:
-                raise MaintenanceError("node %s is not in the cluster: give the Kubernetes node name (kubectl get "
-                                       "nodes), e.g. through gpu_maintenance_node_name" % self.node)
+                raise NodeNotFound("node %s is not in the cluster: give the Kubernetes node name (kubectl get "
+                                   "nodes), e.g. through gpu_maintenance_node_name" % self.node)
             raise
 
     def pods_on_node(self, label_selector=None):
@@ -457,6 +470,23 @@ class NodeMaintenance:
                       msg="resumed operands on node %s: %s" % (self.node, ", ".join(operands)) if operands
                       else "no operand was paused on node %s" % self.node)
         result.update(self._would(changed, text if changed else "change nothing"))
+        return result
+
+    def label(self, wanted):
+        """Set or remove node labels. A node not in the cluster (yet) is no error: a node prepared before it
+        joins gets its labels from the first run after it has joined."""
+        try:
+            changed, names = self._update_node(lambda node: label_patch(node, wanted))
+        except NodeNotFound:
+            return dict(changed=False, labels=[], node_found=False,
+                        msg="node %s is not in the cluster (kubectl get nodes): no label set or removed; a run "
+                            "after it has joined does it" % self.node)
+        text = "; ".join("set %s=%s" % (key, wanted[key]) if wanted[key] is not None else "remove %s" % key
+                         for key in names)
+        result = dict(changed=changed, labels=names, node_found=True,
+                      msg="node %s: %s" % (self.node, text) if changed
+                      else "node %s already has the labels asked for" % self.node)
+        result.update(self._would(changed, "%s on node %s" % (text, self.node) if changed else "change nothing"))
         return result
 
     def validate(self, expected, verifier=None):

@@ -9,12 +9,17 @@ trees in tests/unit/test_driver_integrity.py). The signed test module is built, 
 shares the host's kernel).
 """
 import json
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 import nvidia_node
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed"))
+from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import secure_boot, version_lock
 
@@ -67,20 +72,25 @@ def write(node, path, text):
     node.sh("mkdir -p \"$(dirname %s)\" && cat > %s <<'GPUNODE_EOF'\n%sGPUNODE_EOF" % (path, path, text))
 
 
-def test_real_dkms_signs_a_module_with_the_organisation_key_it_is_configured_with(node):
+def add_test_module(node):
+    """The test module's source registered with DKMS; returns the kernel it is built for and its installed path."""
     kernel = node.sh("ls /lib/modules").stdout.split()[0]
+    write(node, "/usr/src/gpunode-signtest-1.0/gpunode_signtest.c", TEST_MODULE_C)
+    write(node, "/usr/src/gpunode-signtest-1.0/Makefile", "obj-m := gpunode_signtest.o\n")
+    write(node, "/usr/src/gpunode-signtest-1.0/dkms.conf", TEST_MODULE_DKMS)
+    return kernel, "/lib/modules/%s/updates/dkms/gpunode_signtest.ko" % kernel
+
+
+def test_real_dkms_signs_a_module_with_the_organisation_key_it_is_configured_with(node):
     # The organisation's key and certificate, where the role installs them, and the role's DKMS configuration.
     node.sh("mkdir -p /var/lib/gpunode/secure-boot && cd /var/lib/gpunode/secure-boot && "
             "openssl req -new -x509 -newkey rsa:2048 -nodes -days 30 -subj '/CN=Example Corp GPU fleet signing/' "
             "-keyout signing.key -out signing.pem 2>/dev/null && openssl x509 -in signing.pem -outform DER "
             "-out signing.der")
     write(node, secure_boot.DKMS_SIGNING_CONF, secure_boot.dkms_signing_conf())
-    write(node, "/usr/src/gpunode-signtest-1.0/gpunode_signtest.c", TEST_MODULE_C)
-    write(node, "/usr/src/gpunode-signtest-1.0/Makefile", "obj-m := gpunode_signtest.o\n")
-    write(node, "/usr/src/gpunode-signtest-1.0/dkms.conf", TEST_MODULE_DKMS)
+    kernel, module = add_test_module(node)
     built = node.sh("dkms install gpunode-signtest/1.0 -k %s 2>&1" % kernel, timeout=600)
     assert "Signing module" in built.stdout or "sign" in built.stdout.lower(), built.stdout
-    module = "/lib/modules/%s/updates/dkms/gpunode_signtest.ko" % kernel
     signer = node.sh("modinfo -F signer %s" % module).stdout.strip()
     print("modinfo -F signer %s: %s" % (module, signer))
     print(node.sh("modinfo %s | grep -E '^(signer|sig_key|sig_hashalgo|vermagic)'" % module).stdout)
@@ -150,9 +160,26 @@ SUMMARY = [{"name": "Summary",
 ONE_TIME_PASSWORD = "0tp-S3NTINEL-4711"
 
 
-def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_secret(node):
+ENROLLMENT_LABEL = "gpunode.nvidia/secure-boot-enrollment-pending"
+
+
+@pytest.fixture
+def cluster(node, tmp_path):
+    """The Kubernetes API STAND-IN (tests/testbed/kube_api_standin.py) with the node container as a node."""
+    standin = KubeApiStandin([Node(node.name)]).start()
+    standin.kubeconfig = standin.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    yield standin
+    standin.stop()
+
+
+def node_labels(cluster, name):
+    return cluster.node(name)["metadata"]["labels"]
+
+
+def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_secret(node, cluster):
     """The role's dkms_sign path. STAND-INS: mokutil (tests/testbed/stand-ins/mokutil: the enrollment state in
-    files) and the Secure Boot state (nvidia_driver_secure_boot: enabled; a container has no EFI variables)."""
+    files), the Secure Boot state (nvidia_driver_secure_boot: enabled; a container has no EFI variables) and the
+    Kubernetes API the node label is written to."""
     node.serve_repo(nvidia_node.ensure_repo())
     subprocess.run(["docker", "cp", nvidia_node.TESTBED + "/stand-ins/mokutil", node.name + ":/usr/local/sbin/mokutil"],
                    check=True, timeout=60)
@@ -165,8 +192,22 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
                  "nvidia_driver_debian_signed_by": node.url + "/keys/nvidia-test.asc",
                  "nvidia_driver_secure_boot": "enabled", "nvidia_driver_secure_boot_strategy": "dkms_sign",
                  "nvidia_driver_signing_key": key, "nvidia_driver_signing_certificate": cert,
-                 "nvidia_driver_mok_password": ONE_TIME_PASSWORD}
+                 "nvidia_driver_mok_password": ONE_TIME_PASSWORD, "gpunode_kubeconfig": cluster.kubeconfig}
     key_body = key.strip().splitlines()[1]
+    # A module DKMS built before the role gave it the organisation's key: Debian's DKMS signed it with its own
+    # (/var/lib/dkms/mok.key, never enrolled). STAND-IN: the kernel image file, so that the headers' kernel counts
+    # as installed (a container boots none).
+    kernel, module = add_test_module(node)
+    node.sh("dkms install gpunode-signtest/1.0 -k %s && touch /boot/vmlinuz-%s" % (kernel, kernel), timeout=600)
+    signer_before = node.sh("modinfo -F signer %s" % module).stdout.strip()
+    print("before dkms_sign, modinfo -F signer %s: %s" % (module, signer_before))
+    assert signer_before != "Example Corp GPU fleet signing"
+
+    checked = node.play(DRIVER, variables, check=True)
+    assert not checked.failed, checked.failure_messages()
+    assert checked.result_of("Label the node with its Secure Boot key enrollment state")["would"] == (
+        "set %s=true on node %s" % (ENROLLMENT_LABEL, node.name))
+    assert ENROLLMENT_LABEL not in node_labels(cluster, node.name) and node.read(secure_boot.SIGNING_KEY) is None
 
     first = node.play(DRIVER, variables, post_tasks=SUMMARY)
     assert not first.failed, first.failure_messages()
@@ -180,6 +221,12 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
     assert node.sh("stat -c %a " + secure_boot.SIGNING_KEY).stdout.strip() == "600"
     assert node.sh("mokutil --list-new").stdout.strip()  # queued once, with the password given twice
     assert sorted(node.sh("apt-mark showhold").stdout.split()) == sorted(OPEN_SET)
+    assert node_labels(cluster, node.name)[ENROLLMENT_LABEL] == "true"
+    assert first.result_of("Rebuild the DKMS modules of the installed kernels not signed with the organisation's "
+                           "key")["changed"]
+    signer_after = node.sh("modinfo -F signer %s" % module).stdout.strip()
+    print("after dkms_sign, modinfo -F signer %s: %s" % (module, signer_after))
+    assert signer_after == "Example Corp GPU fleet signing"
 
     again = node.play(DRIVER, variables)
     assert not again.failed and again.changed == 0, again.changed_tasks()
@@ -188,8 +235,10 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
 
     node.sh("d=/var/lib/gpunode-standin/mok; mv $d/new/* $d/enrolled/")  # confirmed in MokManager
     enrolled = node.play(DRIVER, variables, post_tasks=SUMMARY)
-    assert not enrolled.failed and enrolled.changed == 0, enrolled.changed_tasks()
+    assert not enrolled.failed, enrolled.failure_messages()
+    assert enrolled.changed_tasks() == ["Label the node with its Secure Boot key enrollment state"]  # removed
     assert not any("ENROLLMENT PENDING" in m for m in enrolled.messages())
+    assert ENROLLMENT_LABEL not in node_labels(cluster, node.name)
 
     without_password = node.play(DRIVER, dict(variables, nvidia_driver_mok_password=""))
     assert not without_password.failed  # enrolled: no password needed any more

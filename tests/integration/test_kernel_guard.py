@@ -98,12 +98,20 @@ def test_hold_then_release_only_once_the_module_exists_for_the_new_kernel(node):
     assert "linux-headers-%s" % CANDIDATE in kernel_versions(node)  # installed for the build that was tried
     assert kernel_versions(node)["linux-image-amd64"] == OLD
 
-    # (c) a driver whose module supports the new kernel: DKMS builds it for 6.1.0-91, the kernel is released.
+    # (c) a driver whose module supports the new kernel: DKMS builds it for 6.1.0-91, the kernel is released
+    # (with Secure Boot off: the stand-in module is not signed).
     write(node, MODULE_SOURCE + "/dkms.conf", DKMS_CONF)
     checked = node.play(DRIVER, {"nvidia_driver_kernel_hold": "release"}, check=True)
     assert not checked.failed and "check mode" in guard(checked)["msg"], checked.failure_messages()
     assert held(node) == list(KERNEL_META)
     assert node.read("/lib/modules/%s/updates/dkms/nvidia-current.ko" % CANDIDATE) is None
+    # With Secure Boot on the module built for 6.1.0-91 must also be signed: the stand-in dkms's is not.
+    unsigned = node.play(DRIVER, {"nvidia_driver_kernel_hold": "release", "nvidia_driver_secure_boot": "enabled"})
+    assert unsigned.failed and held(node) == list(KERNEL_META), guard(unsigned)
+    message = guard(unsigned)["msg"]
+    assert message.startswith("Secure Boot is on and the NVIDIA DKMS module is installed for kernel %s but not "
+                              "signed (modinfo -k %s -F signer nvidia: " % (CANDIDATE, CANDIDATE)), message
+    assert "The kernel stays held." in message and "dkms_sign" in message, message
     released = node.play(DRIVER, {"nvidia_driver_kernel_hold": "release"})
     assert not released.failed, released.failure_messages()
     assert guard(released)["changed"] and "installed for kernel %s" % CANDIDATE in guard(released)["msg"]

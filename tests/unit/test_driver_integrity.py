@@ -5,7 +5,9 @@ The Secure Boot firmware and shim are STAND-INS here: EFI variables (SecureBoot,
 of a node tree, and `mokutil` / `apt-get -s` / `dnf` answers are canned text. The real DKMS signing and
 unattended-upgrades' own dry run are in tests/integration/test_driver_integrity.py.
 """
+import binascii
 import lzma
+import os
 import re
 
 import pytest
@@ -111,6 +113,39 @@ def test_auto_on_debian_with_an_organisation_key_signs_with_dkms(tree):
     assert plan["secure_boot"]["signing"]["dkms_conf_path"] == "/etc/dkms/framework.conf.d/gpunode-signing.conf"
 
 
+SIGNED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "secure-boot")
+
+
+def signed_sample(name, mode="rb"):
+    with open(os.path.join(SIGNED, name), mode) as handle:
+        return handle.read()
+
+
+def test_the_signing_certificate_is_read_from_sign_files_own_signature():
+    serial = secure_boot.certificate_serial(signed_sample("org.pem", "r"))
+    assert binascii.hexlify(serial) == b"71f31e2ffd0a0d18e1029804ec3f031e166cbc1c"
+    assert secure_boot.module_signer_serial(os.path.join(SIGNED, "org.ko")) == serial
+    other = secure_boot.module_signer_serial(os.path.join(SIGNED, "dkms.ko"))
+    assert other and other != serial
+    assert secure_boot.module_signer_serial(os.path.join(SIGNED, "plain.ko")) is None
+    assert secure_boot.certificate_serial("not a certificate") is None
+
+
+def test_dkms_sign_lists_builds_unsigned_or_signed_by_another_key_for_a_signed_rebuild(tree):
+    build = "/var/lib/dkms/nvidia-current/535.261.03/%s/x86_64/module/nvidia-current.ko"
+    node_tree = tree().gpu()
+    for kernel, sample in (("6.1.0-28-amd64", "plain.ko"), ("6.1.0-40-amd64", "org.ko"),
+                           ("6.1.0-41-amd64", "dkms.ko"), ("6.1.0-9-amd64", "plain.ko")):
+        node_tree.write(build % kernel, signed_sample(sample), mode="wb")
+    for kernel in ("6.1.0-28-amd64", "6.1.0-40-amd64", "6.1.0-41-amd64"):  # 6.1.0-9: no longer installed
+        node_tree.kernel(kernel)
+    plan = driver(node_tree, secure_boot=True, signing_key_given=True,
+                  signing_certificate=signed_sample("org.pem", "r"))
+    assert plan["secure_boot"]["dkms_to_sign"] == [{"module": "nvidia-current/535.261.03", "kernel": kernel}
+                                                   for kernel in ("6.1.0-28-amd64", "6.1.0-41-amd64")]
+    assert driver(node_tree, secure_boot=False)["secure_boot"]["dkms_to_sign"] == []  # no dkms_sign: not read
+
+
 def test_dkms_sign_without_a_key_refuses_naming_the_variables(tree):
     plan = driver(tree().gpu(), secure_boot=True, secure_boot_strategy="dkms_sign")
     assert plan["secure_boot"]["blocks_install"]
@@ -182,6 +217,26 @@ def test_dnf_versionlock_plan():
     assert plan["versionlock"][1]["release"] == ["dnf", "versionlock", "delete", "nvidia-driver-cuda"]
     assert plan["preferences"] is None and plan["unattended"] is None
     assert version_lock.lock_plan("yum", installed)["versionlock"][0]["lock"][:3] == ["yum", "versionlock", "add"]
+
+
+DNF_INSTALLED = {"nvidia-driver-cuda": "3:580.65.06-1.el9", "kmod-nvidia-open-dkms": "3:580.65.06-1.el9",
+                 "nvidia-fabric-manager": "580.65.06-1"}
+
+
+def test_versionlock_list_is_read_so_check_mode_reports_each_lock_it_would_add():
+    listing = "Last metadata expiration check: 0:01:02 ago.\nnvidia-driver-cuda-3:580.65.06-1.el9.*\n"
+    plan = version_lock.lock_plan("dnf", DNF_INSTALLED, runner({("dnf", "-q", "versionlock", "list"): (0, listing)}))
+    assert plan["versionlocked"] == ["nvidia-driver-cuda"]  # the role locks the two others, in check mode too
+    yum = version_lock.lock_plan("yum", DNF_INSTALLED, runner({("yum", "-q", "versionlock", "list"): (
+        0, "0:nvidia-fabric-manager-580.65.06-1.*\n3:kmod-nvidia-open-dkms-580.65.06-1.el9.*\n")}))
+    assert yum["versionlocked"] == ["kmod-nvidia-open-dkms", "nvidia-fabric-manager"]
+    no_plugin = version_lock.lock_plan("dnf", DNF_INSTALLED, runner({}))  # 'No such command: versionlock'
+    assert no_plugin["versionlocked"] == [] and len(no_plugin["versionlock"]) == 3
+
+
+def test_versionlock_list_matches_whole_names_only():
+    assert version_lock.versionlock_locked("nvidia-driver-cuda-libs-3:580.65.06-1.el9.*\n",
+                                           ["nvidia-driver-cuda", "nvidia-driver-cuda-libs"]) == ["nvidia-driver-cuda-libs"]
 
 
 def test_nothing_installed_nothing_locked():

@@ -91,6 +91,19 @@ def test_candidate_kernel_apt_and_rpm():
     (dict(candidate="6.8.0-64-generic", running="6.8.0-60-generic", module_path="prebuilt",
           prebuilt_available=False), False, "no prebuilt NVIDIA module package"),
     (dict(candidate="6.8.0-64-generic", running="6.8.0-60-generic", module_path="run"), False, "stays held"),
+    # Secure Boot on: the module DKMS installed for the new kernel must be signed too
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", dkms_installed=True,
+          signature=("Example Corp GPU fleet signing", "")), True,
+     "installed for kernel 6.1.0-40-amd64 and signed by Example Corp GPU fleet signing"),
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", dkms_installed=True,
+          signature=("", "")), False,
+     "Secure Boot is on and the NVIDIA DKMS module is installed for kernel 6.1.0-40-amd64 but not signed "
+     "(modinfo -k 6.1.0-40-amd64 -F signer nvidia: no signer)"),
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", dkms_installed=True,
+          signature=("", "modinfo: ERROR: Module nvidia not found.")), False,
+     "-F signer nvidia: modinfo: ERROR: Module nvidia not found.): the kernel would refuse"),
+    (dict(candidate="6.1.0-40-amd64", running="6.1.0-37-amd64", module_path="dkms", check_mode=True,
+          signature=(None, None)), True, "built for it and signed (Secure Boot is on)"),
 ])
 def test_kernel_release_decision(kwargs, ok, text):
     decision = guards.kernel_release_decision(**kwargs)

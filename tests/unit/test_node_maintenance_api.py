@@ -64,3 +64,25 @@ def test_a_node_that_keeps_changing_fails_clearly(api):
 def test_an_unknown_node_names_the_fix(api):
     with pytest.raises(nm.MaintenanceError, match="node gpu-9 is not in the cluster: give the Kubernetes node name"):
         nm.NodeMaintenance(api.client, "gpu-9", "upgrade").cordon()
+
+
+PENDING = "gpunode.nvidia/secure-boot-enrollment-pending"
+
+
+def test_label_is_set_removed_and_check_mode_writes_nothing(api):
+    would = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot", check_mode=True).label({PENDING: "true"})
+    assert would["changed"] is True and would["would"] == "set %s=true on node gpu-1" % PENDING
+    assert not patches(api) and PENDING not in api.node("gpu-1")["metadata"]["labels"]
+    labelled = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: "true"})
+    assert labelled["changed"] is True and api.node("gpu-1")["metadata"]["labels"][PENDING] == "true"
+    again = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: "true"})
+    assert again["changed"] is False and len(patches(api)) == 1
+    removed = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: None})
+    assert removed["msg"] == "node gpu-1: remove %s" % PENDING
+    assert PENDING not in api.node("gpu-1")["metadata"]["labels"]
+
+
+def test_a_node_not_yet_in_the_cluster_is_reported_not_labelled(api):
+    result = nm.NodeMaintenance(api.client, "gpu-9", "secure-boot").label({PENDING: "true"})
+    assert result["changed"] is False and result["node_found"] is False
+    assert result["msg"].startswith("node gpu-9 is not in the cluster (kubectl get nodes): no label set")

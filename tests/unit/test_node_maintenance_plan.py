@@ -116,3 +116,18 @@ def test_validation_gaps_name_readiness_and_each_short_resource():
                                             "message": "runtime down"}]}}
     assert nm.validation_gaps(not_ready, {"nvidia.com/gpu": 1}) == [
         "Ready=False (KubeletNotReady: runtime down)", "nvidia.com/gpu allocatable 0, expected at least 1"]
+
+
+PENDING = "gpunode.nvidia/secure-boot-enrollment-pending"
+
+
+def test_label_patch_sets_and_removes_only_what_differs():
+    pending = node(labels={"kubernetes.io/os": "linux"})
+    patch, names = nm.label_patch(pending, {PENDING: "true"})
+    assert patch == {"metadata": {"labels": {PENDING: "true"}}} and names == [PENDING]
+    labelled = merge(pending, patch)
+    assert nm.label_patch(labelled, {PENDING: "true"}) == (None, [])
+    patch, names = nm.label_patch(labelled, {PENDING: None})
+    assert patch == {"metadata": {"labels": {PENDING: None}}} and names == [PENDING]
+    assert merge(labelled, patch)["metadata"]["labels"] == {"kubernetes.io/os": "linux"}
+    assert nm.label_patch(pending, {PENDING: None}) == (None, [])  # nothing to remove
