@@ -260,3 +260,16 @@ def check_generated_edited(rule, ctx):
                                                                                  instance["regenerated_by"]),
                              evidence, fix))
     return found
+
+
+# (id, severity, incident, title, check) of each rule, as in every doctor_* module: doctor_rules runs them.
+RULES = (
+    ("containerd-import-replaces-cri", "critical", None, "An imported file replaces (1.x) or overrides the main file's CRI table",
+     check_import_replaces_cri),
+    ("systemd-cgroup-runtime-mismatch", "warning", None, "SystemdCgroup of nvidia differs from the runtime pods use today",
+     check_cgroup_runtime),
+    ("systemd-cgroup-kubelet-mismatch", "critical", None, "SystemdCgroup disagrees with kubelet's cgroupDriver",
+     check_cgroup_kubelet),
+    ("generated-config-edited", "warning", None, "A platform-generated runtime config was edited by hand",
+     check_generated_edited),
+)

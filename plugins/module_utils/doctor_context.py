@@ -190,6 +190,11 @@ def manual_fix(summary, commands=None):
     return {"summary": summary, "playbook": None, "vars": {}, "commands": [c for c in commands or [] if c]}
 
 
+def playbook_fix(summary, variables=None):
+    """A fix that is a run of site.yml with these variables (no runtime instance to point at)."""
+    return {"summary": summary, "playbook": PLAYBOOK, "vars": dict(variables or {}), "commands": []}
+
+
 def runtime_instances(ctx):
     """Instances whose runtime tables matter: all but dockerd's private containerd."""
     return [i for i in ctx.instances if i["platform"] != "docker-managed"]

@@ -111,3 +111,13 @@ def check_driver_mismatch(rule, ctx):
                     manual_fix("Reboot to load the kernel module that matches the installed user-space driver (or "
                                "reinstall the matching version); drain the node first.",
                                ["kubectl drain NODE --ignore-daemonsets", "reboot"]))]
+
+
+# (id, severity, incident, title, check) of each rule, as in every doctor_* module: doctor_rules runs them.
+RULES = (
+    ("toolkit-glibc-too-old", "critical", "I4", "Toolkit binaries need a newer glibc than the node's", check_glibc),
+    ("gpu-without-driver", "critical", "I6", "NVIDIA GPU present but no driver loaded", check_gpu_without_driver),
+    ("nouveau-loaded", "critical", "I6", "nouveau is loaded", check_nouveau),
+    ("driver-version-mismatch", "critical", "I6", "Kernel module and user-space driver versions differ",
+     check_driver_mismatch),
+)

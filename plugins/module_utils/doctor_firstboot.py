@@ -3,8 +3,8 @@
 # Apache License 2.0
 """gpu_doctor rule for nodes started from a baked image: did their first boot succeed?
 
-``FIRSTBOOT_RULES`` holds ``(id, severity, incident, title, check)`` entries that ``doctor_rules``
-turns into catalogue rules. The check reads the status file gpunode-firstboot.service writes
+``RULES`` holds ``(id, severity, incident, title, check)`` entries, as in every doctor_* module, that
+``doctor_rules`` turns into catalogue rules. The check reads the status file gpunode-firstboot.service writes
 (firstboot_status.STATUS_PATH) through the diagnosis context, so it works on a live node and
 on a node tree alike. Runs on managed nodes: standard library only.
 """
@@ -16,13 +16,12 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import finding, manual_fix
 
 
 def _finding(rule, message, evidence, commands):
-    return {"rule": rule.id, "severity": rule.severity, "incident": rule.incident, "title": rule.title,
-            "message": message, "evidence": evidence,
-            "fix": {"summary": "Read the first boot's journal, fix the cause, then run it again: kubelet waits "
-                               "for it (docs/bake.md).", "playbook": None, "vars": {}, "commands": commands}}
+    return finding(rule, message, evidence, manual_fix("Read the first boot's journal, fix the cause, then run it "
+                                                       "again: kubelet waits for it (docs/bake.md).", commands))
 
 
 def _unit_state(ctx):
@@ -53,7 +52,7 @@ def check_firstboot_failed(rule, ctx):
                            "has not started." % (step, status.get("error")), evidence, commands)]
 
 
-FIRSTBOOT_RULES = (
+RULES = (
     ("firstboot-failed", "critical", None, "The first boot of a baked GPU node image failed",
      check_firstboot_failed),
 )

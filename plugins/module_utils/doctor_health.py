@@ -3,8 +3,8 @@
 # Apache License 2.0
 """Health rules of gpu_doctor: what makes a node whose runtime is wired correctly still fail GPU jobs.
 
-Each entry of ``HEALTH_RULES`` is ``(id, severity, incident, title, check)``; ``doctor_rules`` turns them
-into ``Rule`` objects of its catalogue. A check reads the node through the diagnosis context (``ctx.node``
+Each entry of ``RULES`` is ``(id, severity, incident, title, check)``, as in every doctor_* module;
+``doctor_rules`` turns them into ``Rule`` objects of its catalogue. A check reads the node through the diagnosis context (``ctx.node``
 files, ``ctx.facts`` from discovery, and on the live node ``ctx.node.run`` for ``journalctl``,
 ``nvidia-smi -q -x`` and ``systemctl``) and returns findings in the catalogue's format. The sources of
 every check are listed in docs/health.md.
@@ -20,7 +20,8 @@ import re
 from xml.etree import ElementTree
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_services
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import PLAYBOOK
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import (
+    finding, manual_fix, note, playbook_fix)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.guards import TOOLKIT_CVE_MINIMUM, older_than, version_key
 
 CONTAINERD_CDI_MINIMUM = "1.7"  # enable_cdi exists in the CRI plugin from containerd 1.7
@@ -60,24 +61,7 @@ XID_MEANINGS = {
 }
 
 
-# --- helpers: findings in the catalogue's format --------------------------------------------------
-
-def finding(rule, message, evidence, fix, severity=None):
-    return {"rule": rule.id, "severity": severity or rule.severity, "incident": rule.incident,
-            "title": rule.title, "message": message, "evidence": [e for e in evidence if e], "fix": fix}
-
-
-def note(text):
-    return {"kind": "note", "text": text}
-
-
-def manual_fix(summary, commands=None):
-    return {"summary": summary, "playbook": None, "vars": {}, "commands": list(commands or [])}
-
-
-def site_fix(summary, variables=None):
-    return {"summary": summary, "playbook": PLAYBOOK, "vars": dict(variables or {}), "commands": []}
-
+# --- helpers ---------------------------------------------------------------------------------------
 
 def command(ctx, argv):
     """(rc, out, err) of argv on the node; None where nothing can be run (an image or a test tree)."""
@@ -237,7 +221,7 @@ def check_persistence(rule, ctx):
     return [finding(rule, "Persistence mode is off on %s: the driver is torn down whenever no process holds the "
                     "GPU, so every container start pays the initialisation and GPU state (clocks, ECC "
                     "counters) is lost between jobs." % ", ".join(off), evidence,
-                    site_fix("Enable and start nvidia-persistenced (role node_services does).",
+                    playbook_fix("Enable and start nvidia-persistenced (role node_services does).",
                              {"gpunode_services_stage": True}))]
 
 
@@ -260,13 +244,13 @@ def check_fabricmanager(rule, ctx):
         driver, driver.split(".")[0], driver, driver)
     if version is None:
         return [finding(rule, "NVSwitch system without fabric manager: CUDA cannot use the GPUs (they stay in "
-                        "'fabric not initialised').", evidence, site_fix(install[0].upper() + install[1:] +
+                        "'fabric not initialised').", evidence, playbook_fix(install[0].upper() + install[1:] +
                                                                          ", then rerun the node services stage."))]
     evidence.append({"kind": "version", "name": "fabric manager", "version": version, "source": source})
     if version != driver:
         return [finding(rule, "Fabric manager %s is not the driver's version %s: it refuses to start and the "
                         "GPUs are unusable for CUDA." % (version, driver), evidence,
-                        site_fix(install[0].upper() + install[1:] + " (exactly the driver's version).",
+                        playbook_fix(install[0].upper() + install[1:] + " (exactly the driver's version).",
                                  {"gpunode_services_stage": True}))]
     state = unit_state(ctx, node_services.FABRICMANAGER_UNIT, "is-active")
     running = state == "active" if state is not None else bool(processes_named(ctx, "nv-fabricmanager"))
@@ -276,7 +260,7 @@ def check_fabricmanager(rule, ctx):
                                        "nv-fabricmanager process)")))
     return [finding(rule, "Fabric manager %s is installed but not running on this NVSwitch system: CUDA cannot "
                     "use the GPUs." % version, evidence,
-                    site_fix("Start it after the driver (role node_services does); see journalctl -u "
+                    playbook_fix("Start it after the driver (role node_services does); see journalctl -u "
                              "nvidia-fabricmanager for why it stopped.", {"gpunode_services_stage": True}))]
 
 
@@ -310,7 +294,7 @@ def check_cdi(rule, ctx):
     return [finding(rule, "CDI: %s. Pods using CDI devices (GPU operator with CDI, Docker --device nvidia.com/gpu, "
                     "device plugin in CDI mode) fail to start or get the old driver's libraries."
                     % "; ".join(problems), evidence,
-                    site_fix("Regenerate the spec after the driver is loaded (role node_services: reset-failed and "
+                    playbook_fix("Regenerate the spec after the driver is loaded (role node_services: reset-failed and "
                              "restart of nvidia-cdi-refresh.service, or nvidia-ctk cdi generate).",
                              {"node_services_refresh_cdi": True}))]
 
@@ -324,7 +308,7 @@ def check_toolkit_cve(rule, ctx):
         return []
     evidence = [{"kind": "version", "name": "nvidia-container-toolkit", "version": version,
                  "source": "package" if toolkit.get("packages") else "--version"}]
-    fix = site_fix("Upgrade the four toolkit packages together to %s or newer." % TOOLKIT_CVE_MINIMUM,
+    fix = playbook_fix("Upgrade the four toolkit packages together to %s or newer." % TOOLKIT_CVE_MINIMUM,
                    {"nvidia_container_toolkit_version": TOOLKIT_CVE_MINIMUM + "-1",
                     "nvidia_container_toolkit_allow_upgrade": True})
     if node_services.operator_toolkit(ctx.node.root):
@@ -447,7 +431,7 @@ def check_operator_toolkit(rule, ctx):
                     evidence, fix, severity="warning" if host_packages else None)]
 
 
-HEALTH_RULES = (
+RULES = (
     ("gpu-xid-errors", "critical", None, "The NVIDIA driver logged Xid errors since boot", check_xid),
     ("gpu-memory-errors", "critical", None, "Uncorrectable ECC errors, or row remaps / page retirements pending "
      "a reset", check_memory_errors),

@@ -175,3 +175,17 @@ def check_cri_unavailable(rule, ctx):
                      ["journalctl -u %s -n 100" % (instance.get("service") or "containerd")])
     return [finding(rule, "%s runs but does not answer kubelet's CRI calls: %s" % (describe(instance), live.get("error")),
                     evidence, fix)]
+
+
+# (id, severity, incident, title, check) of each rule, as in every doctor_* module: doctor_rules runs them.
+RULES = (
+    ("kubelet-not-running", "critical", "I3", "kubelet is installed but not running", check_kubelet_not_running),
+    ("kubelet-unhealthy", "critical", "I3", "kubelet runs but is not healthy", check_kubelet_unhealthy),
+    ("kubelet-legacy-docker-flag", "critical", "I3", "kubelet still started with --container-runtime docker",
+     check_kubelet_legacy_flag),
+    ("kubelet-endpoint-unserved", "critical", "I3", "kubelet's runtime endpoint is served by nobody",
+     check_endpoint_unserved),
+    ("runtime-not-running", "critical", None, "The runtime kubelet uses is not running", check_runtime_down),
+    ("cri-unavailable", "critical", None, "The runtime kubelet uses does not answer CRI", check_cri_unavailable),
+    ("no-container-runtime", "critical", None, "No container runtime on the node", check_no_runtime),
+)

@@ -3,7 +3,7 @@
 # Apache License 2.0
 """gpu_doctor rules for partitioned and shared GPUs: MIG, time-slicing/MPS, DRA-ready nodes.
 
-Each entry of ``RULES`` is ``(id, severity, incident, title, check)`` as in doctor_health.HEALTH_RULES. The
+Each entry of ``RULES`` is ``(id, severity, incident, title, check)`` as in every doctor_* module. The
 checks read ``nvidia-smi --query-gpu`` and ``nvidia-smi -L`` on the live node, the MIG layout the
 partitioning stage recorded (/etc/gpunode/mig-parted.yaml, asserted with ``nvidia-mig-parted``), the CDI
 spec, the device plugin's MPS directory and the DRA driver's kubelet plugin directories. Nothing is changed.
@@ -18,8 +18,8 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import dra_readiness, gpu_sharing, mig_layout, node_services
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import finding, note
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import command, site_fix, unit_state
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import finding, note, playbook_fix
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import command, unit_state
 
 MIG_CONFIG = "/etc/gpunode/mig-parted.yaml"
 DRA_PLUGIN_DIRS = ("/var/lib/kubelet/plugins/gpu.nvidia.com", "/var/lib/kubelet/plugins/compute-domain.nvidia.com")
@@ -47,7 +47,7 @@ def check_mig_pending(rule, ctx):
                     "MIG layout cannot be applied." % names,
                     [smi_evidence("GPU %(index)d: mig.mode.current %(mig_current)s, mig.mode.pending %(mig_pending)s" % g)
                      for g in pending],
-                    site_fix("Rerun the partitioning stage: it stops the GPU clients, unloads nvidia_drm and resets "
+                    playbook_fix("Rerun the partitioning stage: it stops the GPU clients, unloads nvidia_drm and resets "
                              "only these GPUs (or reboot the node).", PARTITIONING_VARS))]
 
 
@@ -74,7 +74,7 @@ def check_mig_drift(rule, ctx):
                     [ctx.file_evidence(MIG_CONFIG, note="the layout the partitioning stage applied"),
                      {"kind": "command", "text": " ".join((result[1] + result[2]).split())[:300],
                       "source": "nvidia-mig-parted assert -c %s" % name}],
-                    site_fix("Rerun the partitioning stage to apply the inventory's layout again.", PARTITIONING_VARS))]
+                    playbook_fix("Rerun the partitioning stage to apply the inventory's layout again.", PARTITIONING_VARS))]
 
 
 def mig_devices(ctx):
@@ -94,7 +94,7 @@ def check_cdi_after_mig(rule, ctx):
     return [finding(rule, "%d MIG device(s) exist but the CDI spec %s names none of them: pods that get MIG devices "
                     "through CDI fail to start or get a whole GPU." % (len(devices), path),
                     [ctx.file_evidence(path), {"kind": "command", "text": devices[0], "source": "nvidia-smi -L"}],
-                    site_fix("Regenerate the CDI spec (role node_services with node_services_refresh_cdi).",
+                    playbook_fix("Regenerate the CDI spec (role node_services with node_services_refresh_cdi).",
                              {"node_services_refresh_cdi": True}))]
 
 
@@ -121,7 +121,7 @@ def check_sharing(rule, ctx):
                     [ctx.file_evidence(gpu_sharing.MPS_DIR, note="the device plugin's MPS state")]
                     + [smi_evidence("GPU %d: compute mode %s, MIG %s" % (g["index"], g["compute_mode"],
                                                                          g["mig_current"])) for g in gpus],
-                    site_fix("Select a time-slicing config for this node, or disable MIG and stop the host MPS daemon; "
+                    playbook_fix("Select a time-slicing config for this node, or disable MIG and stop the host MPS daemon; "
                              "the partitioning stage checks this before it labels the node.", PARTITIONING_VARS))]
 
 
@@ -140,7 +140,7 @@ def check_dra(rule, ctx):
     return [finding(rule, "The NVIDIA DRA driver runs here but the node misses prerequisites: %s" % " ".join(
         p if p.endswith(".") else p + "." for p in problems),
         [note("DRA kubelet plugin directory %s" % d) for d in present],
-        site_fix("Make the node DRA-ready (partitioning stage with gpunode_dra, ComputeDomains with "
+        playbook_fix("Make the node DRA-ready (partitioning stage with gpunode_dra, ComputeDomains with "
                  "gpu_partitioning_dra_compute_domains).", dict(PARTITIONING_VARS, gpunode_dra=True)))]
 
 

@@ -5,17 +5,20 @@
 
 ``diagnose(root)`` reads the node through ``discovery`` (kubelet, every runtime
 instance, driver, toolkit, glibc) and ``runtime_views`` (what each runtime
-instance really runs), then runs every rule of ``CATALOGUE``. A rule returns
+instance really runs), then runs every rule of ``CATALOGUE``: the ``RULES`` of
+every module in ``RULE_MODULES``, each entry ``(id, severity, incident, title,
+check)``, with findings built by doctor_context's ``finding``. A rule returns
 findings; it never changes the node. A rule that raises is reported as the
 finding ``doctor-rule-error`` and the other rules still run: a half-broken
 node (containerd down, kubelet dead, a malformed config) must give findings,
 never a crash.
 
-The checks live with their kind: doctor_runtime_table.py (I1, I2, I5),
+The rules live with their kind: doctor_runtime_table.py (I1, I2, I5),
 doctor_kubelet.py (I3), doctor_driver_toolkit.py (I4, I6),
 doctor_containerd_config.py (imports, SystemdCgroup, generated files),
-doctor_health.py and doctor_firstboot.py; what they read and the finding and
-fix helpers are in doctor_context.py.
+doctor_health.py, doctor_firstboot.py, doctor_driver_integrity.py,
+doctor_partitioning.py and doctor_security.py; what they read and the one
+finding and fix builder are in doctor_context.py.
 
 A finding::
 
@@ -41,22 +44,11 @@ import traceback
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_reader
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_containerd_config import (
-    check_cgroup_kubelet, check_cgroup_runtime, check_generated_edited, check_import_replaces_cri)
+from ansible_collections.gpunode.nvidia.plugins.module_utils import (
+    doctor_containerd_config, doctor_driver_integrity, doctor_driver_toolkit, doctor_firstboot, doctor_health,
+    doctor_kubelet, doctor_partitioning, doctor_runtime_table, doctor_security)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_context import Context, finding, manual_fix, note
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_driver_integrity import RULES as INTEGRITY_RULES
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_driver_toolkit import (
-    check_driver_mismatch, check_glibc, check_gpu_without_driver, check_nouveau)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_firstboot import FIRSTBOOT_RULES
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_health import HEALTH_RULES
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_partitioning import RULES as PARTITIONING_RULES
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_security import RULES as SECURITY_RULES
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_kubelet import (
-    check_cri_unavailable, check_endpoint_unserved, check_kubelet_legacy_flag, check_kubelet_not_running,
-    check_kubelet_unhealthy, check_no_runtime, check_runtime_down, healthz_url, probe_healthz)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_runtime_table import (
-    check_config_unreadable, check_cri_disabled, check_default_binary, check_default_undefined,
-    check_nvidia_binary, check_nvidia_elsewhere, check_nvidia_missing, check_runc_dropped)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_kubelet import healthz_url, probe_healthz
 from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import build_view, new_view
 
 SEVERITIES = ("critical", "warning", "info")
@@ -80,47 +72,12 @@ def check_rule_error(rule, ctx):
     return []  # emitted by run_rules when another rule raises
 
 
-CATALOGUE = (
-    Rule("nvidia-runtime-missing", "critical", "I1",
-         "The runtime kubelet uses has no nvidia runtime", check_nvidia_missing),
-    Rule("nvidia-in-other-instance", "critical", "I2",
-         "nvidia runtime configured in a runtime instance kubelet does not use", check_nvidia_elsewhere),
-    Rule("kubelet-not-running", "critical", "I3", "kubelet is installed but not running", check_kubelet_not_running),
-    Rule("kubelet-unhealthy", "critical", "I3", "kubelet runs but is not healthy", check_kubelet_unhealthy),
-    Rule("kubelet-legacy-docker-flag", "critical", "I3", "kubelet still started with --container-runtime docker",
-         check_kubelet_legacy_flag),
-    Rule("kubelet-endpoint-unserved", "critical", "I3", "kubelet's runtime endpoint is served by nobody",
-         check_endpoint_unserved),
-    Rule("runtime-not-running", "critical", None, "The runtime kubelet uses is not running", check_runtime_down),
-    Rule("cri-unavailable", "critical", None, "The runtime kubelet uses does not answer CRI", check_cri_unavailable),
-    Rule("no-container-runtime", "critical", None, "No container runtime on the node", check_no_runtime),
-    Rule("toolkit-glibc-too-old", "critical", "I4", "Toolkit binaries need a newer glibc than the node's",
-         check_glibc),
-    Rule("default-runtime-undefined", "critical", "I5", "The default runtime is not defined",
-         check_default_undefined),
-    Rule("default-runtime-binary-missing", "critical", "I5", "The default runtime's binary does not exist",
-         check_default_binary),
-    Rule("nvidia-runtime-binary-missing", "critical", None, "The nvidia runtime's binary does not exist",
-         check_nvidia_binary),
-    Rule("gpu-without-driver", "critical", "I6", "NVIDIA GPU present but no driver loaded", check_gpu_without_driver),
-    Rule("nouveau-loaded", "critical", "I6", "nouveau is loaded", check_nouveau),
-    Rule("driver-version-mismatch", "critical", "I6", "Kernel module and user-space driver versions differ",
-         check_driver_mismatch),
-    Rule("containerd-import-replaces-cri", "critical", None,
-         "An imported file replaces (1.x) or overrides the main file's CRI table", check_import_replaces_cri),
-    Rule("containerd-runc-dropped", "critical", None, "Runtimes defined without runc while the default is runc (1.x)",
-         check_runc_dropped),
-    Rule("systemd-cgroup-runtime-mismatch", "warning", None,
-         "SystemdCgroup of nvidia differs from the runtime pods use today", check_cgroup_runtime),
-    Rule("systemd-cgroup-kubelet-mismatch", "critical", None, "SystemdCgroup disagrees with kubelet's cgroupDriver",
-         check_cgroup_kubelet),
-    Rule("generated-config-edited", "warning", None, "A platform-generated runtime config was edited by hand",
-         check_generated_edited),
-    Rule("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
-    Rule("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
+# Every doctor_* module exports RULES in one form; the catalogue is their concatenation, plus the runner's own rule.
+RULE_MODULES = (doctor_runtime_table, doctor_kubelet, doctor_driver_toolkit, doctor_containerd_config, doctor_health,
+                doctor_firstboot, doctor_driver_integrity, doctor_partitioning, doctor_security)
+CATALOGUE = tuple(Rule(*spec) for module in RULE_MODULES for spec in module.RULES) + (
     Rule("doctor-rule-error", "warning", None, "A diagnosis rule could not finish", check_rule_error),
-) + tuple(Rule(*spec) for spec in HEALTH_RULES + FIRSTBOOT_RULES + INTEGRITY_RULES + PARTITIONING_RULES + SECURITY_RULES)
-# ^ from doctor_health.py, doctor_firstboot.py, doctor_driver_integrity.py, doctor_partitioning.py, doctor_security.py
+)
 RULES_BY_ID = dict((rule.id, rule) for rule in CATALOGUE)
 
 

@@ -260,3 +260,21 @@ def check_config_unreadable(rule, ctx):
                                  % error["path"] if instance["kind"] == "containerd" else "Fix the file."),
                              severity=_sev(ctx, instance)))
     return found
+
+
+# (id, severity, incident, title, check) of each rule, as in every doctor_* module: doctor_rules runs them.
+RULES = (
+    ("nvidia-runtime-missing", "critical", "I1", "The runtime kubelet uses has no nvidia runtime",
+     check_nvidia_missing),
+    ("nvidia-in-other-instance", "critical", "I2", "nvidia runtime configured in a runtime instance kubelet does not use",
+     check_nvidia_elsewhere),
+    ("default-runtime-undefined", "critical", "I5", "The default runtime is not defined", check_default_undefined),
+    ("default-runtime-binary-missing", "critical", "I5", "The default runtime's binary does not exist",
+     check_default_binary),
+    ("nvidia-runtime-binary-missing", "critical", None, "The nvidia runtime's binary does not exist",
+     check_nvidia_binary),
+    ("containerd-runc-dropped", "critical", None, "Runtimes defined without runc while the default is runc (1.x)",
+     check_runc_dropped),
+    ("cri-plugin-disabled", "critical", None, "disabled_plugins contains the CRI plugin", check_cri_disabled),
+    ("config-unreadable", "critical", None, "A runtime config cannot be parsed", check_config_unreadable),
+)

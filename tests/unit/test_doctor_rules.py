@@ -677,3 +677,19 @@ def test_no_missing_binary_fix_sets_the_missing_path_again(tmp_path):
                 assert item["fix"]["vars"].get("container_runtime_binary") != missing, item
                 checked += 1
     assert checked >= 1
+
+
+def test_every_doctor_module_exports_rules_in_one_form_and_none_builds_findings_its_own_way():
+    """One convention: each doctor_*.py (but the runner and the context) exports RULES, the catalogue is their
+    concatenation, and findings come from doctor_context's builder only."""
+    directory = os.path.dirname(doctor_rules.__file__)
+    names = sorted(n[:-3] for n in os.listdir(directory) if n.startswith("doctor_") and n.endswith(".py"))
+    rule_modules = [n for n in names if n not in ("doctor_rules", "doctor_context")]
+    assert sorted(m.__name__.rsplit(".", 1)[1] for m in doctor_rules.RULE_MODULES) == rule_modules
+    for module in doctor_rules.RULE_MODULES:
+        assert all(len(spec) == 5 and callable(spec[4]) for spec in module.RULES), module.__name__
+        with open(module.__file__) as handle:
+            source = handle.read()
+        assert not re.search(r"^def (finding|note|manual_fix|site_fix|playbook_fix)\(", source, re.M), module.__name__
+    ids = [rule.id for rule in doctor_rules.CATALOGUE]
+    assert len(ids) == len(set(ids))

@@ -202,7 +202,7 @@ def test_doctor_reports_an_unreadable_status(tmp_path):
 
 def test_rule_is_in_the_catalogue():
     assert "firstboot-failed" in doctor_rules.RULES_BY_ID
-    assert doctor_firstboot.FIRSTBOOT_RULES[0][0] == "firstboot-failed"
+    assert doctor_firstboot.RULES[0][0] == "firstboot-failed"
 
 
 @pytest.mark.parametrize("argv", [["--force"], []])
