@@ -17,6 +17,7 @@ description:
     controller. Also usable on its own.
   - C(op=read) returns the file, its checksum and attributes, and optionally the output of a
     command run on it (for example C(containerd --config %s config dump)).
+notes:
   - C(op=check) writes a candidate into a private temporary directory (never beside O(path), so
     that check mode writes nothing under C(/etc)), runs O(command) on it as if it were O(path) and
     removes the directory; the node's real file is never touched. Relative C(imports) of the candidate

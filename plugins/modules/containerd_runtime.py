@@ -15,6 +15,7 @@ version_added: 0.1.0
 description:
   - Edits a containerd C(config.toml) in place. Comments, key order, blank lines and quoting of every
     untouched line stay byte-identical; only the runtime's own table and the keys asked for change.
+notes:
   - The new runtime copies the table of the runtime pods use today (the C(default_runtime_name) runtime
     unless that is itself an nvidia runtime, else C(runc), else C(crun)), including C(SystemdCgroup),
     C(runtime_type) and C(privileged_without_host_devices), then sets C(options.BinaryName). An existing

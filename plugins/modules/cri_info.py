@@ -16,14 +16,6 @@ description:
   - Calls C(runtime.v1.RuntimeService) C(Version) and C(Status) (verbose) on the runtime's CRI socket, the
     same way kubelet does, and reports whether the runtime is ready and which runtime handlers
     (such as C(nvidia)) the B(running) daemon has loaded.
-  - This is the honest answer to "will a pod with runtime class C(nvidia) start here?". A config file
-    may say otherwise when the edit went to another file, to another containerd instance, or the daemon
-    was never restarted (pods then fail with C(no runtime for "nvidia" is configured)).
-  - The runtime list is read from the effective CRI configuration that containerd 1.6, 1.7 and 2.x return
-    in C(Status) (C(containerd.runtimes) of C(info.config)); handlers that only appear in the C(Status)
-    runtime handler list (other CRI runtimes) are listed without details.
-  - Needs only Python's standard library on the node (a built-in gRPC/HTTP/2 client); no C(crictl).
-  - Read-only; never changes anything.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -57,6 +49,14 @@ attributes:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
+  - This is the honest answer to "will a pod with runtime class C(nvidia) start here?". A config file
+    may say otherwise when the edit went to another file, to another containerd instance, or the daemon
+    was never restarted (pods then fail with C(no runtime for "nvidia" is configured)).
+  - The runtime list is read from the effective CRI configuration that containerd 1.6, 1.7 and 2.x return
+    in C(Status) (C(containerd.runtimes) of C(info.config)); handlers that only appear in the C(Status)
+    runtime handler list (other CRI runtimes) are listed without details.
+  - Needs only Python's standard library on the node (a built-in gRPC/HTTP/2 client); no C(crictl).
+  - Read-only; never changes anything.
   - C(NetworkReady) is false on a node without CNI configuration; that does not make RV(ready) false,
     which follows C(RuntimeReady) as kubelet's runtime check does.
   - Tested against Debian's containerd 1.6.20, 1.7.24 and 2.1.9. CRI-O and cri-dockerd speak the same API

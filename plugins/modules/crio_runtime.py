@@ -17,6 +17,7 @@ description:
     C([crio.runtime.runtimes.<name>]) with C(runtime_path), C(runtime_type = "oci") and
     C(runtime_root), plus C([crio.runtime] default_runtime) with O(set_as_default=true).
     C(/etc/crio/crio.conf) and the other drop-ins are never edited.
+notes:
   - The drop-in belongs to this module entirely and is rewritten whole. A file already at O(path)
     that this module did not write (for example one from C(nvidia-ctk)) is backed up before it is
     replaced or removed, whatever O(backup) says.

@@ -17,35 +17,6 @@ description:
     C(daemon.json) in place. Every other key keeps its bytes, its order and the file's
     indentation, so C(log-opts), C(registry-mirrors), C(insecure-registries), C(exec-opts) and the
     rest come through untouched. New keys copy the layout of their neighbours.
-  - A missing file is created holding only what was asked for.
-  - O(state=absent) removes C(runtimes.<name>) but keeps an emptied C(runtimes) object as
-    C({}), and turns a C(default-runtime) that named the runtime into C(runc). On SIGHUP dockerd
-    reloads only the keys present in the file (seen with 20.10, 26.1 and 28.5), so deleting them
-    would leave the runtime registered, and still the default, until a full restart. A file
-    that already held other runtimes gets its original bytes back.
-  - Before writing, when the installed dockerd has C(--validate) (Docker 23 and later), the
-    current file is checked first with C(dockerd --validate --config-file PATH). When dockerd
-    already rejects it (for example a registry mirror without C(https://), refused by dockerd 28)
-    the module fails saying so, quotes dockerd (credentials masked) and writes nothing. Only then
-    is the candidate checked the same way. Without C(--validate) the result says
-    RV(validated=false).
-  - Any input either gets a clear refusal (file, line and column, what to do) or exactly the
-    change asked for; an unexpected error fails naming the file and asking for a bug report,
-    with the file untouched and no traceback.
-  - Fails before writing when dockerd's command line (systemd unit, drop-in, or C(DOCKER_OPTS)
-    in C(/etc/default/docker) / C(/etc/sysconfig/docker)) already sets what this edit writes,
-    and names the file that passes the flag. C(--default-runtime) with O(set_as_default=true),
-    or C(--feature) with O(cdi=true) (dockerd refuses to start when a key is given both ways).
-    C(--add-runtime <name>=...) for the same runtime name (dockerd would silently use the
-    file's definition and ignore the flag). C(--add-runtime) for other names is fine (dockerd
-    merges them with C(runtimes)). With O(state=absent), C(--default-runtime <name>) (removing
-    the runtime would leave dockerd's default undefined).
-  - The write is atomic (temporary file in the same directory, fsync, rename), keeps owner, mode
-    and SELinux context, and can keep a backup. Credentials are masked in the diff and in every
-    returned value.
-  - The change is not applied to a running dockerd; reload it (C(systemctl reload docker), i.e.
-    SIGHUP), which picks up C(runtimes) and C(default-runtime) without stopping containers.
-  - Needs only the Python standard library on the node.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -137,6 +108,35 @@ seealso:
   - module: gpunode.nvidia.containerd_runtime
   - module: gpunode.nvidia.crio_runtime
 notes:
+  - A missing file is created holding only what was asked for.
+  - O(state=absent) removes C(runtimes.<name>) but keeps an emptied C(runtimes) object as
+    C({}), and turns a C(default-runtime) that named the runtime into C(runc). On SIGHUP dockerd
+    reloads only the keys present in the file (seen with 20.10, 26.1 and 28.5), so deleting them
+    would leave the runtime registered, and still the default, until a full restart. A file
+    that already held other runtimes gets its original bytes back.
+  - Before writing, when the installed dockerd has C(--validate) (Docker 23 and later), the
+    current file is checked first with C(dockerd --validate --config-file PATH). When dockerd
+    already rejects it (for example a registry mirror without C(https://), refused by dockerd 28)
+    the module fails saying so, quotes dockerd (credentials masked) and writes nothing. Only then
+    is the candidate checked the same way. Without C(--validate) the result says
+    RV(validated=false).
+  - Any input either gets a clear refusal (file, line and column, what to do) or exactly the
+    change asked for; an unexpected error fails naming the file and asking for a bug report,
+    with the file untouched and no traceback.
+  - Fails before writing when dockerd's command line (systemd unit, drop-in, or C(DOCKER_OPTS)
+    in C(/etc/default/docker) / C(/etc/sysconfig/docker)) already sets what this edit writes,
+    and names the file that passes the flag. C(--default-runtime) with O(set_as_default=true),
+    or C(--feature) with O(cdi=true) (dockerd refuses to start when a key is given both ways).
+    C(--add-runtime <name>=...) for the same runtime name (dockerd would silently use the
+    file's definition and ignore the flag). C(--add-runtime) for other names is fine (dockerd
+    merges them with C(runtimes)). With O(state=absent), C(--default-runtime <name>) (removing
+    the runtime would leave dockerd's default undefined).
+  - The write is atomic (temporary file in the same directory, fsync, rename), keeps owner, mode
+    and SELinux context, and can keep a backup. Credentials are masked in the diff and in every
+    returned value.
+  - The change is not applied to a running dockerd; reload it (C(systemctl reload docker), i.e.
+    SIGHUP), which picks up C(runtimes) and C(default-runtime) without stopping containers.
+  - Needs only the Python standard library on the node.
   - Docker docs on runtimes U(https://docs.docker.com/reference/cli/dockerd/#configure-container-runtimes).
 """
 

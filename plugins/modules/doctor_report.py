@@ -17,10 +17,6 @@ description:
     failed becomes the finding C(node-unreachable)) and the M(gpunode.nvidia.gpu_doctor_cluster) result, and builds
     the report document whose schema C(docs/diagnose.md) documents (C(schema) C(gpunode.nvidia/diagnose-report),
     C(schema_version) 1).
-  - Writes it as JSON (O(json_path)) and as one self-contained HTML file (O(html_path); inline CSS and JS, no
-    network) with a nodes x rules matrix coloured by severity and a details panel per finding.
-  - Runs on the controller (an action plugin). Files are written in check mode too (they are local artifacts of
-    the run); the task never reports a change.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -47,6 +43,10 @@ options:
     type: int
     default: 100
 notes:
+  - Writes it as JSON (O(json_path)) and as one self-contained HTML file (O(html_path); inline CSS and JS, no
+    network) with a nodes x rules matrix coloured by severity and a details panel per finding.
+  - Runs on the controller (an action plugin). Files are written in check mode too (they are local artifacts of
+    the run); the task never reports a change.
   - Supports check mode.
 seealso:
   - module: gpunode.nvidia.gpu_doctor

@@ -19,6 +19,7 @@ description:
     before stopping them. With O(state=started), starts exactly the recorded ones (the persistence daemon first)
     and removes the record. A run killed in between keeps the record, so the next O(state=started) still
     restarts them.
+notes:
   - With O(unload_modules), unloads C(nvidia_drm), C(nvidia_modeset), C(nvidia_uvm), C(nvidia_peermem) and
     C(nvidia) in that order with C(rmmod), never forced. It first reads each loaded module's C(refcnt) and
     C(holders/) under O(sysfs_root)C(/module); when any module is held by a module outside that set or by open

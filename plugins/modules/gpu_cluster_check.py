@@ -19,6 +19,7 @@ description:
   - Runs on the controller with a kubeconfig and the official C(kubernetes) Python client. Nothing is run on
     the nodes and no C(kubectl) is needed.
   - Ensures the RuntimeClass O(runtime_class) (C(node.k8s.io/v1)) with handler O(runtime_handler).
+notes:
   - For each node in O(nodes) (or matching O(node_selector)) creates one pod pinned to it through
     C(nodeSelector kubernetes.io/hostname), so that the scheduler, the node's taints and its
     C(nvidia.com/gpu) allocatable take part as for any GPU pod, with C(runtimeClassName), C(resources.limits

@@ -17,15 +17,6 @@ description:
     driver, toolkit, glibc), works out what each runtime instance really runs, and returns one finding per problem,
     each with its evidence (file and line, process, socket, version) and its fix (the collection variables to set
     and the playbook to run; for clusters whose toolkit is managed by NVIDIA's GPU operator, the Helm values too).
-  - "What a containerd runs is read from three sources, each named in RV(sources): its files (the config and every
-    import, merged the way containerd 1.x and 2.x merge them; always, for file and line), C(containerd --config FILE
-    config dump) (live node only: the daemon's own reading of the file), and the running daemon over CRI
-    (O(query_cri): what it loaded, which shows edits never followed by a restart)."
-  - Never changes the node, and never fails on a half-broken node. containerd down, kubelet dead, a malformed
-    config file are findings; a rule that cannot finish is reported as the finding C(doctor-rule-error) while the
-    other rules still run.
-  - The rules, their severities and how each is tested are listed in C(docs/diagnose.md) of the collection.
-  - Standard library only on the managed node (Python 3.6+).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -56,6 +47,15 @@ options:
     type: float
     default: 5.0
 notes:
+  - "What a containerd runs is read from three sources, each named in RV(sources): its files (the config and every
+    import, merged the way containerd 1.x and 2.x merge them; always, for file and line), C(containerd --config FILE
+    config dump) (live node only: the daemon's own reading of the file), and the running daemon over CRI
+    (O(query_cri): what it loaded, which shows edits never followed by a restart)."
+  - Never changes the node, and never fails on a half-broken node. containerd down, kubelet dead, a malformed
+    config file are findings; a rule that cannot finish is reported as the finding C(doctor-rule-error) while the
+    other rules still run.
+  - The rules, their severities and how each is tested are listed in C(docs/diagnose.md) of the collection.
+  - Standard library only on the managed node (Python 3.6+).
   - Supports check mode; the module never changes anything, so check mode and normal mode return the same.
   - Docker's and CRI-O's effective runtimes are read from their files only (no C(config dump) or CRI query).
 seealso:

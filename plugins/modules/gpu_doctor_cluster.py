@@ -17,17 +17,6 @@ description:
     in the findings format of M(gpunode.nvidia.gpu_doctor)
   - "C(cluster-gpu-not-allocatable): a GPU node advertises no C(nvidia.com/gpu) (the device plugin is not
     registered);"
-  - "C(cluster-gpu-node-not-ready): a GPU node is NotReady (incident I3);"
-  - "C(cluster-runtimeclass-missing): no RuntimeClass C(nvidia), or one with another handler;"
-  - "C(cluster-gpu-pod-pending): a pod requesting C(nvidia.com/gpu) is Pending, with the event that explains why
-    (C(no runtime for \"nvidia\" is configured) is incident I1, a C(GLIBC_2.27) error incident I4,
-    C(Insufficient nvidia.com/gpu) a device plugin problem);"
-  - "C(cluster-unreachable): the API could not be read (a finding, not a task failure)."
-  - A node is a GPU node when it carries C(nvidia.com/gpu.present=true) or
-    C(feature.node.kubernetes.io/pci-10de.present=true), has C(nvidia.com/gpu) in its capacity, or is named in
-    O(gpu_nodes).
-  - Runs on the controller (an action plugin), whatever host the task targets; needs the C(kubernetes) package in
-    the controller's Python (C(requirements.txt)).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -60,6 +49,17 @@ options:
     type: int
     default: 20
 notes:
+  - "C(cluster-gpu-node-not-ready): a GPU node is NotReady (incident I3);"
+  - "C(cluster-runtimeclass-missing): no RuntimeClass C(nvidia), or one with another handler;"
+  - "C(cluster-gpu-pod-pending): a pod requesting C(nvidia.com/gpu) is Pending, with the event that explains why
+    (C(no runtime for \"nvidia\" is configured) is incident I1, a C(GLIBC_2.27) error incident I4,
+    C(Insufficient nvidia.com/gpu) a device plugin problem);"
+  - "C(cluster-unreachable): the API could not be read (a finding, not a task failure)."
+  - A node is a GPU node when it carries C(nvidia.com/gpu.present=true) or
+    C(feature.node.kubernetes.io/pci-10de.present=true), has C(nvidia.com/gpu) in its capacity, or is named in
+    O(gpu_nodes).
+  - Runs on the controller (an action plugin), whatever host the task targets; needs the C(kubernetes) package in
+    the controller's Python (C(requirements.txt)).
   - Supports check mode; it never writes to the cluster.
 seealso:
   - module: gpunode.nvidia.gpu_doctor

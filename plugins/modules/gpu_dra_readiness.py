@@ -15,6 +15,7 @@ version_added: "0.3.0"
 description:
   - Reads the node (the runtime kubelet uses, the kubelet, the loaded driver) and fails naming every missing
     prerequisite of the DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu). Changes nothing.
+notes:
   - CDI in the runtime kubelet uses. containerd 1.6 is refused (no CDI; its C(config dump) silently drops
     C(enable_cdi)), as are CRI-O before 1.27 and Docker. containerd 1.7 gets C(enable_cdi = true) from the
     container_runtime role.

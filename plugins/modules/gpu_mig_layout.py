@@ -17,6 +17,7 @@ description:
     anything changes (C(nvidia-smi mig -lgip) where MIG is on; NVIDIA's published profile table for A100, H100
     and B200 where it is off, since C(-lgip) lists nothing then). A profile a GPU lacks fails the task naming
     the GPU, its model and the profile.
+notes:
   - C(nvidia-mig-parted assert) decides whether anything changes; in check mode that is all that runs.
   - With O(state=applied) and a change, writes mig-parted's config to O(config_path), runs
     C(nvidia-mig-parted apply --mode-only --skip-reset), resets (C(nvidia-smi -r)) only the GPUs whose MIG mode

@@ -14,17 +14,6 @@ short_description: Discover GPUs, driver, toolkit, glibc, container runtimes and
 version_added: "0.1.0"
 description:
   - Read-only discovery of a Kubernetes GPU node. Returns C(ansible_facts.gpu_node).
-  - Asks kubelet which container runtime it uses (its running command line, its flag files, its
-    C(--config) file) and matches that endpoint against every runtime instance on the node, so that
-    the C(nvidia) runtime is configured in the containerd, Docker or CRI-O that kubelet talks to, not in
-    C(/etc/containerd/config.toml) by habit (incident I2 of the field guide).
-  - Reads the glibc symbol versions that the NVIDIA container toolkit binaries require from their ELF
-    C(.gnu.version_r) sections and compares them with the versions the node's C(libc.so.6) defines
-    (incident I4), without running anything.
-  - Never changes the node. Runs C(BINARY --version) only on the live node (I(root=/)) for binaries whose
-    version no package database records.
-  - Standard library only on the managed node.
-  - C(docs/discovery.md) in the collection explains how the target is chosen, per platform.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -45,6 +34,17 @@ options:
     choices: [all, gpus, driver, toolkit, glibc, runtimes, kubelet, target]
     default: [all]
 notes:
+  - Asks kubelet which container runtime it uses (its running command line, its flag files, its
+    C(--config) file) and matches that endpoint against every runtime instance on the node, so that
+    the C(nvidia) runtime is configured in the containerd, Docker or CRI-O that kubelet talks to, not in
+    C(/etc/containerd/config.toml) by habit (incident I2 of the field guide).
+  - Reads the glibc symbol versions that the NVIDIA container toolkit binaries require from their ELF
+    C(.gnu.version_r) sections and compares them with the versions the node's C(libc.so.6) defines
+    (incident I4), without running anything.
+  - Never changes the node. Runs C(BINARY --version) only on the live node (I(root=/)) for binaries whose
+    version no package database records.
+  - Standard library only on the managed node.
+  - C(docs/discovery.md) in the collection explains how the target is chosen, per platform.
   - Supports check mode; the module never changes anything, so check mode and normal mode return the same.
   - The rpm database is read best effort (the sqlite database of rpm 4.16 and later); the older Berkeley DB
     format of Amazon Linux 2 and CentOS 7 is not read, so I(driver.packages) and versions may be empty there.

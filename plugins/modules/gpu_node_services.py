@@ -14,24 +14,6 @@ short_description: Persistence daemon, fabric manager (NVSwitch systems) and CDI
 version_added: "0.2.0"
 description:
   - Enables (and, with O(start), starts) C(nvidia-persistenced.service).
-  - On NVSwitch systems (NVIDIA PCI functions of class C(0x0680) in sysfs) checks that fabric manager is installed
-    at exactly the loaded driver's version, and that NVLSM is installed where the NVSwitch generation needs it
-    (fourth generation, HGX B200/B100), then enables and starts C(nvidia-fabricmanager.service) once the kernel
-    module is loaded. A missing fabric manager, or one at another version, fails the task with the exact packages
-    to install. With O(install_fabricmanager) it does not fail; the package specs that install it at the loaded driver's
-    version are returned in RV(fabricmanager.install) and a fabric manager running at another version is stopped.
-    The module itself installs no package (role C(gpunode.nvidia.node_services) installs them, then runs the
-    module again to start fabric manager).
-  - Generates the CDI spec once the driver is loaded, when it is missing, when it does not describe the running
-    driver, or when O(refresh_cdi) says the driver or toolkit changed in this run. Where the toolkit ships
-    C(nvidia-cdi-refresh.service) it runs C(systemctl reset-failed) then a synchronous C(systemctl restart) of that
-    unit (a unit failed by a boot race is recovered, and a failed refresh is reset again, never left failed);
-    otherwise it runs C(nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml).
-  - Without a GPU and with O(start) nothing is done and C(gpu=false) says why (not a failure). With O(start=false)
-    (image bakes) the units are only enabled, even without a GPU; the image's first boot starts them.
-  - Where NVIDIA's GPU operator manages the toolkit (C(/usr/local/nvidia/toolkit), its containerd drop-in with the
-    C(nvidia-cdi)/C(nvidia-legacy) runtimes) the CDI spec is left to it.
-  - The same code (C(module_utils/node_services.py), standard library only) runs at an image's first boot.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -65,6 +47,24 @@ options:
     type: bool
     default: false
 notes:
+  - On NVSwitch systems (NVIDIA PCI functions of class C(0x0680) in sysfs) checks that fabric manager is installed
+    at exactly the loaded driver's version, and that NVLSM is installed where the NVSwitch generation needs it
+    (fourth generation, HGX B200/B100), then enables and starts C(nvidia-fabricmanager.service) once the kernel
+    module is loaded. A missing fabric manager, or one at another version, fails the task with the exact packages
+    to install. With O(install_fabricmanager) it does not fail; the package specs that install it at the loaded driver's
+    version are returned in RV(fabricmanager.install) and a fabric manager running at another version is stopped.
+    The module itself installs no package (role C(gpunode.nvidia.node_services) installs them, then runs the
+    module again to start fabric manager).
+  - Generates the CDI spec once the driver is loaded, when it is missing, when it does not describe the running
+    driver, or when O(refresh_cdi) says the driver or toolkit changed in this run. Where the toolkit ships
+    C(nvidia-cdi-refresh.service) it runs C(systemctl reset-failed) then a synchronous C(systemctl restart) of that
+    unit (a unit failed by a boot race is recovered, and a failed refresh is reset again, never left failed);
+    otherwise it runs C(nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml).
+  - Without a GPU and with O(start) nothing is done and C(gpu=false) says why (not a failure). With O(start=false)
+    (image bakes) the units are only enabled, even without a GPU; the image's first boot starts them.
+  - Where NVIDIA's GPU operator manages the toolkit (C(/usr/local/nvidia/toolkit), its containerd drop-in with the
+    C(nvidia-cdi)/C(nvidia-legacy) runtimes) the CDI spec is left to it.
+  - The same code (C(module_utils/node_services.py), standard library only) runs at an image's first boot.
   - Supports check mode; the actions that would run are listed in RV(actions).
   - Standard library only on the managed node (Python 3.6+).
 seealso:

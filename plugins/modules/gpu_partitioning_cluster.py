@@ -19,6 +19,7 @@ description:
   - Runs on the controller with a kubeconfig and the official C(kubernetes) Python client.
   - O(step=detect_operator) reads the node's labels and returns whether NVIDIA's GPU operator manages it
     (C(nvidia.com/gpu.deploy.*) or C(nvidia.com/mig.config.state) labels).
+notes:
   - O(step=mig_config) sets the node label C(nvidia.com/mig.config) to O(mig_config) and waits until the GPU
     operator's MIG manager reports C(nvidia.com/mig.config.state=success) (C(failed), or O(timeout), fails the
     task naming the state). Only where the operator runs; elsewhere the node side applies the layout.

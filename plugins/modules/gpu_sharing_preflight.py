@@ -16,6 +16,7 @@ description:
   - Reads the GPUs with C(nvidia-smi --query-gpu) (compute mode, MIG mode current and pending) and fails, naming
     each GPU and what to do, when the node cannot serve the strategy. Changes nothing.
   - Time-slicing needs compute mode Default on every GPU.
+notes:
   - MPS needs no GPU with MIG enabled (or pending), no compute mode Prohibited, no host MPS daemon
     (C(nvidia-cuda-mps-control)), and C(/run/nvidia/mps) free for the device plugin's daemon.
 author:

@@ -15,22 +15,6 @@ version_added: "0.1.0"
 description:
   - Runs NVIDIA's CUDA vector-add sample once on the node and reports, with evidence, whether a GPU pod
     would run here, and why not when it would not.
-  - On containerd and CRI-O it speaks CRI on the runtime's socket, as kubelet does, C(RunPodSandbox) with
-    the runtime handler (C(nvidia)), then one container with C(NVIDIA_VISIBLE_DEVICES=all), waits for it to
-    exit within O(timeout), reads its log, and removes the container and the sandbox in every case, also when
-    a step failed.
-  - On Docker hosts it runs C(docker run --rm --runtime nvidia --gpus all IMAGE).
-  - Success is the sample's own criterion, exit code 0 and C(Test PASSED) in the output. A wrong result
-    (C(Result verification failed at element N!)), a non-zero exit or a timeout is a failure, with the output
-    attached.
-  - Failures are explained, with a cause and a fix naming the node, the socket and the config file
-    (for example incident I1 C(no runtime for "nvidia" is configured), I4 C(GLIBC_2.27 not found),
-    I5 a missing C(BinaryName) binary, image pull errors).
-  - Without an NVIDIA GPU in sysfs it does not pretend, it reports RV(gpu=none) and RV(cuda_verified=false),
-    and still proves the runtime wiring, that a sandbox starts through the runtime handler. A container
-    failure that only says the driver is missing is then expected and does not fail the task, any other
-    failure does.
-  - Standard library only on the node (a built-in CRI client); no C(crictl) or C(kubectl).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -119,6 +103,22 @@ attributes:
     support: full
     details: Shows the image that is pulled or imported.
 notes:
+  - On containerd and CRI-O it speaks CRI on the runtime's socket, as kubelet does, C(RunPodSandbox) with
+    the runtime handler (C(nvidia)), then one container with C(NVIDIA_VISIBLE_DEVICES=all), waits for it to
+    exit within O(timeout), reads its log, and removes the container and the sandbox in every case, also when
+    a step failed.
+  - On Docker hosts it runs C(docker run --rm --runtime nvidia --gpus all IMAGE).
+  - Success is the sample's own criterion, exit code 0 and C(Test PASSED) in the output. A wrong result
+    (C(Result verification failed at element N!)), a non-zero exit or a timeout is a failure, with the output
+    attached.
+  - Failures are explained, with a cause and a fix naming the node, the socket and the config file
+    (for example incident I1 C(no runtime for "nvidia" is configured), I4 C(GLIBC_2.27 not found),
+    I5 a missing C(BinaryName) binary, image pull errors).
+  - Without an NVIDIA GPU in sysfs it does not pretend, it reports RV(gpu=none) and RV(cuda_verified=false),
+    and still proves the runtime wiring, that a sandbox starts through the runtime handler. A container
+    failure that only says the driver is missing is then expected and does not fail the task, any other
+    failure does.
+  - Standard library only on the node (a built-in CRI client); no C(crictl) or C(kubectl).
   - The sandbox uses the node's network namespace, so no CNI plugin is needed, and is labelled
     C(gpunode.nvidia/verify=1). Container logs go to C(/var/log/pods/gpunode-verify_*), which is removed after.
   - On Docker without a GPU, C(--gpus all) is left out, because dockerd refuses such a device request without

@@ -18,6 +18,7 @@ description:
     KubeletConfiguration file (C(--config), default C(/var/lib/kubelet/config.yaml)). k3s and RKE2 - a
     C(feature-gates=) item of C(kubelet-arg) in C(/etc/rancher/k3s|rke2/config.yaml). MicroK8s and Canonical
     Kubernetes (snap) - a C(--feature-gates=) line of the kubelet args file.
+notes:
   - Gates already set elsewhere in the same value are kept; a gate already set as asked changes nothing. Every other
     line and comment of the file stays byte for byte. The write is atomic and keeps owner, mode and SELinux context.
   - Shapes a line edit could break are refused, naming the file, the line and what to do, with nothing written -

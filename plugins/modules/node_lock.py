@@ -16,6 +16,7 @@ description:
   - Two runs at once on one node (two operators, a cron job) must not interleave a runtime edit,
     its restart and the check that follows. This module takes a lock file for a named owner and
     waits while another owner holds it.
+notes:
   - The lock outlives the task (Ansible tasks are separate processes), so it is a lease file owned
     by O(owner), replaced atomically (temporary file and rename).
   - "A run that died does not block the node: its controller is on another machine, so the lease records

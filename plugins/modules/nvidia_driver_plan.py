@@ -17,18 +17,6 @@ description:
     C(nvidia_driver) or C(nvidia_container_toolkit) role must do there, as data - the action, the packages with
     their version pins, the repository, the dnf module stream, the kernels DKMS must build for, the Secure Boot
     verdict, the nouveau blacklist and whether a reboot is still needed.
-  - "Driver actions: C(skip) (no NVIDIA GPU in sysfs and I(install_without_gpu) is false), C(keep) (a driver is
-    loaded, installed as packages or present as module files: it is left alone, incident I6 of the field guide),
-    C(install), and C(upgrade) (a different I(branch) or flavour is asked for and I(allow_upgrade) is true)."
-  - "Toolkit actions: C(install), C(keep), C(change) (the installed version differs from I(version) and
-    I(allow_upgrade) is true) and C(refused) (it differs and upgrades are not allowed)."
-  - Distributions, from C(/etc/os-release) under I(root) - Debian 12/13 (Debian's non-free driver packages),
-    Ubuntu 20.04 to 24.04 (the archive's C(-server) driver packages, Canonical's signed prebuilt modules by
-    default), RHEL-compatible 8/9/10 and Amazon Linux 2023 (NVIDIA's CUDA repository, the C(nvidia-driver) module
-    stream on 8/9 and 2023, dnf versionlock on 10), Amazon Linux 2 (NVIDIA's frozen rhel7 repository).
-  - Never changes the node. On the live node (I(root=/)) it may run C(mokutil --sb-state) and
-    C(mokutil --test-key) when efivars cannot answer.
-  - Standard library only on the managed node.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -185,6 +173,18 @@ options:
     description: Whether the DKMS signing key is enrolled, instead of asking C(mokutil --test-key).
     type: bool
 notes:
+  - "Driver actions: C(skip) (no NVIDIA GPU in sysfs and I(install_without_gpu) is false), C(keep) (a driver is
+    loaded, installed as packages or present as module files: it is left alone, incident I6 of the field guide),
+    C(install), and C(upgrade) (a different I(branch) or flavour is asked for and I(allow_upgrade) is true)."
+  - "Toolkit actions: C(install), C(keep), C(change) (the installed version differs from I(version) and
+    I(allow_upgrade) is true) and C(refused) (it differs and upgrades are not allowed)."
+  - Distributions, from C(/etc/os-release) under I(root) - Debian 12/13 (Debian's non-free driver packages),
+    Ubuntu 20.04 to 24.04 (the archive's C(-server) driver packages, Canonical's signed prebuilt modules by
+    default), RHEL-compatible 8/9/10 and Amazon Linux 2023 (NVIDIA's CUDA repository, the C(nvidia-driver) module
+    stream on 8/9 and 2023, dnf versionlock on 10), Amazon Linux 2 (NVIDIA's frozen rhel7 repository).
+  - Never changes the node. On the live node (I(root=/)) it may run C(mokutil --sb-state) and
+    C(mokutil --test-key) when efivars cannot answer.
+  - Standard library only on the managed node.
   - Supports check mode; the module never changes anything.
   - Ubuntu, RHEL and Amazon Linux plans are checked by unit tests only where their archives cannot be reached;
     see the driver documentation for the distribution matrix.

@@ -16,21 +16,6 @@ description:
   - O(check=toolkit) fails when the toolkit version this run would leave on the node is older than 1.17.8
     (CVE-2025-23266 affects the NVIDIA container toolkit up to 1.17.7), unless O(allow_vulnerable). The version is
     the pinned one, else apt's candidate (C(apt-cache policy)) for an install, else the installed one.
-  - O(check=kernel) holds the kernel (O(kernel_hold=hold)), with C(apt-mark hold) of the installed kernel
-    metapackages or C(dnf versionlock add) of the kernel packages, so the NVIDIA module keeps matching it; or
-    releases it (O(kernel_hold=release)) only when the NVIDIA module exists for the kernel an upgrade would
-    install, a prebuilt module package (Ubuntu's C(linux-modules-nvidia-BRANCH-KERNEL)) or the DKMS module
-    listed as installed for that kernel by C(dkms status -k KERNEL), built first when it is not (its headers
-    are installed, then C(dkms autoinstall -k KERNEL); its exit status alone is not trusted, it is 0 when
-    a C(BUILD_EXCLUSIVE_KERNEL) skips the module). With O(secure_boot) that DKMS module must also be signed
-    (C(modinfo -k KERNEL -F signer nvidia)); Ubuntu's prebuilt packages are signed by Canonical. Otherwise the
-    kernel stays held and the task fails with why, naming the kernel.
-  - O(check=transitional) reads C(apt-cache show) of the packages about to be installed and fails when one named
-    for the requested driver branch depends on another branch's packages (Ubuntu turns the packages of a branch
-    at its end of life into transitional packages of a newer one).
-  - O(check=operator) never fails; it reports in RV(operator_toolkit) whether NVIDIA's GPU operator manages the
-    toolkit here (its install directory C(/usr/local/nvidia/toolkit), its containerd drop-in with the
-    C(nvidia-cdi)/C(nvidia-legacy) runtimes), so that the roles leave it alone.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
@@ -91,6 +76,21 @@ options:
     elements: str
     default: []
 notes:
+  - O(check=kernel) holds the kernel (O(kernel_hold=hold)), with C(apt-mark hold) of the installed kernel
+    metapackages or C(dnf versionlock add) of the kernel packages, so the NVIDIA module keeps matching it; or
+    releases it (O(kernel_hold=release)) only when the NVIDIA module exists for the kernel an upgrade would
+    install, a prebuilt module package (Ubuntu's C(linux-modules-nvidia-BRANCH-KERNEL)) or the DKMS module
+    listed as installed for that kernel by C(dkms status -k KERNEL), built first when it is not (its headers
+    are installed, then C(dkms autoinstall -k KERNEL); its exit status alone is not trusted, it is 0 when
+    a C(BUILD_EXCLUSIVE_KERNEL) skips the module). With O(secure_boot) that DKMS module must also be signed
+    (C(modinfo -k KERNEL -F signer nvidia)); Ubuntu's prebuilt packages are signed by Canonical. Otherwise the
+    kernel stays held and the task fails with why, naming the kernel.
+  - O(check=transitional) reads C(apt-cache show) of the packages about to be installed and fails when one named
+    for the requested driver branch depends on another branch's packages (Ubuntu turns the packages of a branch
+    at its end of life into transitional packages of a newer one).
+  - O(check=operator) never fails; it reports in RV(operator_toolkit) whether NVIDIA's GPU operator manages the
+    toolkit here (its install directory C(/usr/local/nvidia/toolkit), its containerd drop-in with the
+    C(nvidia-cdi)/C(nvidia-legacy) runtimes), so that the roles leave it alone.
   - Supports check mode; the kernel hold and release are then only reported, and no headers are installed and
     no DKMS build runs (a release that needs one is reported as it would be tried).
 seealso:

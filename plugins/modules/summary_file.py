@@ -15,6 +15,7 @@ version_added: "0.1.0"
 description:
   - Writes one JSON object, whose C(nodes) holds O(nodes), to O(path) on the controller, indented and with sorted
     keys, atomically (temporary file and rename). A file that already holds the same text is left untouched.
+notes:
   - Runs on the controller itself (an action plugin), with no module run. The file is a local artifact of the
     run for CI and AWX, so it is written in check mode too, and the task never reports a change.
   - C(site.yml)'s last play writes it (role gpunode.nvidia.gpu_verify, C(tasks_from=summary)).
