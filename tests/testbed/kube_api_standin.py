@@ -79,6 +79,7 @@ import argparse
 import copy
 import json
 import re
+import signal
 import threading
 import time
 import uuid
@@ -1153,15 +1154,23 @@ def main():
     parser.add_argument("--pod-seconds", type=float, default=2.0)
     parser.add_argument("--token")
     parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--report", metavar="PATH",
+                        help="on SIGTERM, write what the clients did (requests, peak_unavailable) here as JSON")
     args = parser.parse_args()
     nodes = [Node(*spec.split("=", 1)) if "=" in spec else Node(spec) for spec in args.node]
     api = KubeApiStandin(nodes, pod_seconds=args.pod_seconds, token=args.token).start()
     api.write_kubeconfig(args.kubeconfig)
-    print("Kubernetes API stand-in on %s, kubeconfig %s (Ctrl-C stops)" % (api.url, args.kubeconfig))
+    print("Kubernetes API stand-in on %s, kubeconfig %s (Ctrl-C stops)" % (api.url, args.kubeconfig), flush=True)
+    # SIGTERM ends the wait like Ctrl-C, so a benchmark running the stand-in as its own process gets the report.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         api.stop()
+    if args.report:
+        with open(args.report, "w") as handle:
+            json.dump({"requests": len(api.requests), "write_requests": len(api.write_requests),
+                       "peak_unavailable": api.peak_unavailable}, handle)
 
 
 if __name__ == "__main__":
