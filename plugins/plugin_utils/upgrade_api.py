@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import random
 import socket
 import time
 
@@ -134,7 +135,7 @@ class UpgradeApi(object):
 
     def update_slots(self, change):
         """Apply change(slots) -> new table or None, retrying on conflicts; returns the table written or None."""
-        for _attempt in range(20):
+        for attempt in range(20):
             slots, lease = self.read_slots()
             table = change(slots)
             if table is None:
@@ -143,7 +144,8 @@ class UpgradeApi(object):
                 self.write_slots(table, lease)
                 return table
             except Conflict:
-                continue
+                # Writers that lost together would collide again at once: each waits a random, growing while.
+                time.sleep(random.uniform(0, 0.05 * (attempt + 1)))
         raise ro.RolloutError("Lease %s/%s changed under every one of 20 attempts: too many writers"
                               % (self.lease_namespace, self.lease_name))
 

@@ -15,6 +15,7 @@ of a waiting node, 1.0).
 """
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -41,20 +42,9 @@ SIM_PARALLEL = int(os.environ.get("UPGRADE_BENCH_SIM_PARALLEL", "20"))
 SIM_POLL = float(os.environ.get("UPGRADE_BENCH_SIM_POLL", "1.0"))
 
 
-class Dir(object):
-    """A pathlib-like temporary directory for Rollout."""
-
-    def __init__(self):
-        import pathlib
-        self.path = pathlib.Path(tempfile.mkdtemp(prefix="bench-upgrade-"))
-
-    def __truediv__(self, name):
-        return self.path / name
-
-
 def timed_rollout(nodes, limit):
     with KubeApiStandin([Node("gpu-%d" % i) for i in range(1, nodes + 1)], pod_seconds=0.2) as api:
-        rollout = Rollout(Dir(), api, ["gpu-%d" % i for i in range(1, nodes + 1)], stub_install_seconds=NODE_SECONDS,
+        rollout = Rollout(pathlib.Path(tempfile.mkdtemp(prefix="bench-upgrade-")), api, ["gpu-%d" % i for i in range(1, nodes + 1)], stub_install_seconds=NODE_SECONDS,
                           gpunode_upgrade_max_unavailable=limit, gpunode_upgrade_max_parallel=limit,
                           gpunode_upgrade_slot_timeout=3600)
         started = time.monotonic()

@@ -309,6 +309,10 @@ def _field_selector(selector):
     return pairs
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # hundreds of clients connect at once in the benchmarks (the default 5 resets them)
+
+
 class KubeApiStandin:
     """The stand-in API server; see the module docstring for the scenario API."""
 
@@ -351,7 +355,7 @@ class KubeApiStandin:
         class Handler(_Handler):
             api = standin
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
