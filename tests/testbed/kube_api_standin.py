@@ -56,6 +56,8 @@ Scenario API (for any test, cluster verification or diagnosis):
         api.add_pdb("ml", "train", {"app": "train"}, disruptions_allowed=1, refuse_first=2)  # or "never"
         api.add_operands("gpu-1", ("device-plugin", "dcgm-exporter"))  # operator DaemonSet pods that follow
                                                    # the node's nvidia.com/gpu.deploy.<operand> labels
+        api.operand_start_seconds = 2              # operand pods created from now on are Pending this long
+                                                   # (None: never Running, CrashLoopBackOff)
         api.set_ready("gpu-2", False); api.set_allocatable("gpu-1", "nvidia.com/gpu", 0); api.node("gpu-1")
         api.eviction_grace = 0.5                   # evicted pods stay terminating this long
         api.mig_manager("gpu-1", "success")        # as the GPU operator's MIG manager: a new nvidia.com/mig.config
@@ -344,6 +346,7 @@ class KubeApiStandin:
         self.configmaps = {}    # (namespace, name) -> ConfigMap body
         self.mig_managers = {}  # node name -> the state the MIG manager reports for a new nvidia.com/mig.config
         self.peak_unavailable = 0
+        self.operand_start_seconds = 0  # a recreated operand pod is Pending this long; None: it never runs
         self.lock = threading.RLock()
         self.server = None
         self.thread = None
@@ -533,6 +536,7 @@ class KubeApiStandin:
                                       "effect": "NoSchedule"}]},
             "status": {"phase": "Running"}})
         self.pods[key].operand = operand
+        self.pods[key].starts_after = self.operand_start_seconds
 
     def evict(self, namespace, name):
         """(code, Status body) of an eviction, as the Eviction API answers it."""
@@ -630,6 +634,11 @@ class KubeApiStandin:
     def pod_view(self, pod):
         """The pod as the API would show it now: status computed from age and node behaviour."""
         body = copy.deepcopy(pod.body)
+        starts_after = getattr(pod, "starts_after", 0)
+        if starts_after is None or time.time() - pod.created < starts_after:  # an operand pod not started yet
+            name, image = _container_name(pod)
+            body["status"] = {"phase": "Pending", "containerStatuses": [
+                _waiting(name, image, "CrashLoopBackOff" if starts_after is None else "ContainerCreating", "")]}
         if getattr(pod, "seeded", False):
             return body
         node = self.node_of(body)

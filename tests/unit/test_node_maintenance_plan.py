@@ -116,3 +116,16 @@ def test_validation_gaps_name_readiness_and_each_short_resource():
                                             "message": "runtime down"}]}}
     assert nm.validation_gaps(not_ready, {"nvidia.com/gpu": 1}) == [
         "Ready=False (KubeletNotReady: runtime down)", "nvidia.com/gpu allocatable 0, expected at least 1"]
+
+
+def test_operands_not_running_names_each_missing_or_waiting_pod():
+    def pod(app, phase, waiting=None, ready=True):
+        statuses = [{"ready": ready, "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}]
+        return {"metadata": {"name": app + "-x", "labels": {"app": app}}, "status": {"phase": phase,
+                                                                                  "containerStatuses": statuses}}
+    pods = [pod("nvidia-device-plugin-daemonset", "Pending", "ContainerCreating", ready=False),
+            pod("nvidia-dcgm-exporter", "Running")]
+    assert nm.operands_not_running(pods, ["device-plugin", "dcgm-exporter", "dcgm"]) == [
+        "nvidia-device-plugin-daemonset (Pending, ContainerCreating)", "nvidia-dcgm (no pod)"]
+    assert nm.operands_not_running([pod("nvidia-dcgm", "Running", ready=False)], ["dcgm"]) == ["nvidia-dcgm (Running)"]
+    assert nm.operands_not_running(pods[1:], ["dcgm-exporter"]) == []
