@@ -44,7 +44,8 @@ SIM_POLL = float(os.environ.get("UPGRADE_BENCH_SIM_POLL", "1.0"))
 
 def timed_rollout(nodes, limit):
     with KubeApiStandin([Node("gpu-%d" % i) for i in range(1, nodes + 1)], pod_seconds=0.2) as api:
-        rollout = Rollout(pathlib.Path(tempfile.mkdtemp(prefix="bench-upgrade-")), api, ["gpu-%d" % i for i in range(1, nodes + 1)], stub_install_seconds=NODE_SECONDS,
+        workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-upgrade-"))
+        rollout = Rollout(workdir, api, ["gpu-%d" % i for i in range(1, nodes + 1)], stub_install_seconds=NODE_SECONDS,
                           gpunode_upgrade_max_unavailable=limit, gpunode_upgrade_max_parallel=limit,
                           gpunode_upgrade_slot_timeout=3600)
         started = time.monotonic()

@@ -121,8 +121,8 @@ def test_validation_gaps_name_readiness_and_each_short_resource():
 def test_operands_not_running_names_each_missing_or_waiting_pod():
     def pod(app, phase, waiting=None, ready=True):
         statuses = [{"ready": ready, "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}]
-        return {"metadata": {"name": app + "-x", "labels": {"app": app}}, "status": {"phase": phase,
-                                                                                  "containerStatuses": statuses}}
+        return {"metadata": {"name": app + "-x", "labels": {"app": app}},
+                "status": {"phase": phase, "containerStatuses": statuses}}
     pods = [pod("nvidia-device-plugin-daemonset", "Pending", "ContainerCreating", ready=False),
             pod("nvidia-dcgm-exporter", "Running")]
     assert nm.operands_not_running(pods, ["device-plugin", "dcgm-exporter", "dcgm"]) == [
