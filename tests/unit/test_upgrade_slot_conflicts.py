@@ -16,8 +16,8 @@ class Contended(upgrade_api.UpgradeApi):
     def read_slots(self):
         return {}, {"metadata": {"resourceVersion": str(len(self.writes))}}
 
-    def write_slots(self, table, lease):
-        self.writes.append(table)
+    def write_slots(self, slots, lease):
+        self.writes.append(slots)
         if len(self.writes) <= self.losses:
             raise upgrade_api.Conflict()
 
