@@ -29,6 +29,7 @@ ARGUMENT_SPEC = dict(
     current=dict(type="dict", default={}),
     target=dict(type="dict", default={}),
     minimum=dict(type="bool", default=False),
+    allow_below_minimum=dict(type="bool", default=False),
     retry_failed=dict(type="bool", default=False),
     job_selector=dict(type="str"),
     drain=dict(type="bool", default=False),
@@ -61,7 +62,8 @@ class ActionModule(ValidatedAction):
         target = resolve_target(args["current"], args["target"], args["minimum"])
         changes = ro.needs(args["current"], target)
         managed = view["labels"].get(ro.OPERATOR_DRIVER_LABEL) == "true" and "driver" in changes
-        decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"])
+        below = [] if args["allow_below_minimum"] else ro.below_minimum(target, changes)
+        decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"], below=below)
         steps = ro.steps_from(decision["start"], args["job_selector"], args["drain"]) if decision["start"] else []
         report = dict(changed=False, state=view["state"], skip=view["skip"], unschedulable=view["unschedulable"],
                       ready=view["ready"], changes=changes, target=target, light=ro.light_path(changes), decision=decision,

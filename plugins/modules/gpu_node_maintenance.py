@@ -31,7 +31,9 @@ description:
   - "V(pause_gpu_operands): sets each GPU operator C(nvidia.com/gpu.deploy.<operand>) label that is V(true) on the
     node (device-plugin, gpu-feature-discovery, dcgm, dcgm-exporter, mig-manager, node-status-exporter,
     operator-validator) to V(false), records which in the annotation C(gpunode.nvidia/paused-operands) and waits
-    until their pods have left the node. V(resume_gpu_operands) sets exactly those back to V(true)."
+    until their pods have left the node. V(resume_gpu_operands) sets exactly those back to V(true) and waits
+    (up to O(timeout)) until each of their pods runs again with every container ready, naming the ones that do
+    not."
   - "V(validate): waits until the node is Ready and each resource of O(expected_allocatable) is allocatable at
     least as many times; with O(validate_pod) a CUDA vector-add pod pinned to the node must then pass (the pod of
     M(gpunode.nvidia.gpu_cluster_check), tolerating the cordon)."

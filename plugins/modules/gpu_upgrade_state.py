@@ -23,8 +23,9 @@ description:
     so dashboards and runbooks made for the operator read it. A node with C(nvidia.com/gpu-driver-upgrade.skip=true)
     is left alone.
   - O(op=read) decides what the node needs from O(current) and O(target) and its label - V(skip),
-    V(at-target), V(refused) (the GPU operator manages its driver, label C(nvidia.com/gpu.deploy.driver=true)),
-    V(failed) (C(upgrade-failed) and no O(retry_failed)) or V(upgrade) - and the states still to walk.
+    V(at-target), V(refused) (the GPU operator manages its driver, label C(nvidia.com/gpu.deploy.driver=true), or
+    the target is below the security minimum and not O(allow_below_minimum)), V(failed) (C(upgrade-failed) and no
+    O(retry_failed)) or V(upgrade) - and the states still to walk.
   - O(op=plan) adds, for check mode, the lines of the plan and the PodDisruptionBudgets that allow no
     disruption now for the node's GPU pods.
   - O(op=set) writes O(state) (before the step it names, so that a killed run resumes there) and renews the
@@ -62,6 +63,13 @@ options:
       - The target is the security minimum instead of O(target) - the highest fixed version of the node's driver
         branch, and of the toolkit, in the collection's table of NVIDIA security bulletins; a node at or above
         both is at the target.
+    type: bool
+    default: false
+  allow_below_minimum:
+    description:
+      - Upgrade to a target driver or toolkit version below the security minimum of the collection's table of NVIDIA
+        security bulletins anyway. Without it such a node is V(refused) (decision) before anything is changed, naming
+        the bulletins.
     type: bool
     default: false
   retry_failed:

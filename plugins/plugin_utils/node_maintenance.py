@@ -187,6 +187,30 @@ def pod_key(pod):
     return "%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"])
 
 
+def is_running(pod):
+    """Running with every container ready (a pod without container statuses yet counts by its phase)."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and all(c.get("ready") for c in status.get("containerStatuses") or [])
+
+
+def _waiting_reason(pod):
+    status = pod.get("status") or {}
+    reasons = [c["state"]["waiting"].get("reason") for c in status.get("containerStatuses") or []
+               if (c.get("state") or {}).get("waiting")]
+    return ", ".join([status.get("phase") or "Unknown"] + [r for r in reasons if r])
+
+
+def operands_not_running(pods, operands):
+    """'nvidia-device-plugin-daemonset (Pending, ContainerCreating)' or '(no pod)' for each operand not running yet."""
+    gaps = []
+    for name in operands:
+        app = OPERAND_PODS[name]
+        mine = [pod for pod in pods if labels_of(pod).get("app") == app]
+        if not any(is_running(pod) for pod in mine):
+            gaps.append("%s (%s)" % (app, "; ".join(_waiting_reason(pod) for pod in mine) or "no pod"))
+    return gaps
+
+
 def selector_matches(selector, labels):
     """A LabelSelector (matchLabels, matchExpressions) against LABELS; an empty selector matches every pod."""
     selector = selector or {}
@@ -446,28 +470,39 @@ class NodeMaintenance:
         result.update(self._would(changed, text if changed else "change nothing"))
         return result
 
-    def _wait_operands_gone(self, operands):
-        apps = [OPERAND_PODS[name] for name in operands]
-        if not apps:
-            return
-        selector = "app in (%s)" % ",".join(apps)
+    def _wait_operands(self, look, failure):
+        """Poll the node's pods until look(pods) lists nothing left; after the timeout fail with `failure` % what is."""
         deadline = self.clock() + self.timeout
         while True:
-            left = [pod_key(p) for p in self.pods_on_node() if labels_of(p).get("app") in apps]
+            left = look(self.pods_on_node())
             if not left:
                 return
             if self.clock() >= deadline:
-                raise MaintenanceError("GPU operator pods still on node %s %ss after their %s labels were set to "
-                                       "false: %s. Check the operator's DaemonSets (%s); %s"
-                                       % (self.node, self.timeout, OPERAND_LABEL_PREFIX + "*", ", ".join(left),
-                                          selector, self.state_note()))
+                raise MaintenanceError("%s; %s" % (failure % ", ".join(left), self.state_note()))
             self.sleep(self.retry_interval)
+
+    def _wait_operands_gone(self, operands):
+        apps = [OPERAND_PODS[name] for name in operands]
+        if apps:
+            self._wait_operands(
+                lambda pods: [pod_key(p) for p in pods if labels_of(p).get("app") in apps],
+                "GPU operator pods still on node %s %ss after their %s labels were set to false: %%s. Check the "
+                "operator's DaemonSets (app in (%s))" % (self.node, self.timeout, OPERAND_LABEL_PREFIX + "*",
+                                                         ",".join(apps)))
 
     def resume_operands(self):
         changed, operands = self._update_node(resume_patch)
+        if changed and not self.check_mode:
+            # Validation must see the device plugin back: wait until the operator's DaemonSets run them again.
+            self._wait_operands(
+                lambda pods: operands_not_running(pods, operands),
+                "GPU operator pods not running on node %s %ss after their %s labels were set back to true: %%s. "
+                "Look at the operator's DaemonSets and these pods' events (kubectl -n <operator namespace> describe "
+                "pod)" % (self.node, self.timeout, OPERAND_LABEL_PREFIX + "*"))
         text = "set %s back to true" % ", ".join(OPERAND_LABEL_PREFIX + o for o in operands)
         result = dict(changed=changed, operands=operands,
-                      msg="resumed operands on node %s: %s" % (self.node, ", ".join(operands)) if operands
+                      msg="resumed operands on node %s: %s%s" % (self.node, ", ".join(operands),
+                                                                 ", running again" if changed else "") if operands
                       else "no operand was paused on node %s" % self.node)
         result.update(self._would(changed, text if changed else "change nothing"))
         return result

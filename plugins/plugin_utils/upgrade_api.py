@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import random
 import socket
 import time
 
@@ -25,6 +26,7 @@ except ImportError:  # the action plugins report the missing package with the in
     k8s = None
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
+CONFLICT_PATIENCE = 120  # seconds a slot update retries lost resourceVersion races
 
 
 class Conflict(Exception):
@@ -133,8 +135,13 @@ class UpgradeApi(object):
                                                                     cv.api_message(exc)))
 
     def update_slots(self, change):
-        """Apply change(slots) -> new table or None, retrying on conflicts; returns the table written or None."""
-        for _attempt in range(20):
+        """Apply change(slots) -> new table or None, retrying on conflicts; returns the table written or None.
+
+        Many nodes share one Lease: conflicts are retried for CONFLICT_PATIENCE seconds, not a fixed count (200
+        contending writers exhausted 20 quick retries, and a node that finished would have been marked failed)."""
+        deadline = time.monotonic() + CONFLICT_PATIENCE
+        attempt = 0
+        while True:
             slots, lease = self.read_slots()
             table = change(slots)
             if table is None:
@@ -143,9 +150,13 @@ class UpgradeApi(object):
                 self.write_slots(table, lease)
                 return table
             except Conflict:
-                continue
-        raise ro.RolloutError("Lease %s/%s changed under every one of 20 attempts: too many writers"
-                              % (self.lease_namespace, self.lease_name))
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise ro.RolloutError("Lease %s/%s changed under each of %d attempts in %d s: too many writers at "
+                                          "once; rerun (each node resumes where it stopped)"
+                                          % (self.lease_namespace, self.lease_name, attempt, CONFLICT_PATIENCE))
+                # Writers that lost together would collide again at once: each waits a random, growing while.
+                time.sleep(random.uniform(0, min(1.0, 0.05 * attempt)))
 
     # --- what check mode reports ---
 

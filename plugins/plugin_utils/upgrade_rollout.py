@@ -33,6 +33,8 @@ import json
 import math
 import re
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
+
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_STATE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
@@ -135,16 +137,34 @@ def light_path(changes):
     return "driver" not in changes
 
 
-def decide(view, changes, operator_managed=False, retry_failed=False):
+def below_minimum(target, changes):
+    """One sentence per target version (of those that change) below the security minimum table, naming the bulletins.
+
+    A driver branch alone ('535') is no version: the packages' newest of the branch is installed."""
+    found = []
+    for part, product in (("driver", sm.DRIVER), ("toolkit", sm.TOOLKIT)):
+        wanted = (target or {}).get(part) or ""
+        gap = sm.shortfall(product, wanted) if part in changes and "." in wanted else None
+        if gap:
+            found.append(sm.describe(gap))
+    return found
+
+
+def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
     """{action, start, reason} for one node at the start of a run.
 
-    action: skip | at-target | refused | failed | upgrade. start: the state to begin (or resume) at."""
+    action: skip | at-target | refused | failed | upgrade. start: the state to begin (or resume) at.
+    below: below_minimum()'s sentences when the operator did not allow a target below the security minimum."""
     state = view["state"]
     if view["skip"]:
         return _decision("skip", None, "the node has %s=true" % SKIP_LABEL)
     if operator_managed:
         return _decision("refused", None, "NVIDIA's GPU operator manages the driver on this node (label %s): upgrade "
                          "it through the operator's own upgrade policy, %s" % (OPERATOR_DRIVER_LABEL, OPERATOR_POLICY))
+    if below:
+        return _decision("refused", None, "the target is below the security minimum, nothing was changed: %s Choose "
+                         "a fixed version (gpunode_upgrade_target=minimum picks it), or set "
+                         "gpunode_upgrade_allow_below_minimum=true to install it knowingly." % " ".join(below))
     if state == FAILED:
         if retry_failed:
             return _decision("upgrade", REQUIRED, "retry of a failed upgrade: from the beginning")

@@ -123,6 +123,33 @@ def test_operands_paused_and_exactly_those_restored(api):
     assert "annotations" not in api.node("gpu-1")["metadata"]
 
 
+def test_resume_waits_until_the_operand_pods_run_again(api):
+    api.add_operands("gpu-1", ("device-plugin", "dcgm-exporter"))
+    step(api, "pause_gpu_operands")
+    api.operand_start_seconds = 3  # the operator's DaemonSets take a while to start the pods again
+    result = step(api, "resume_gpu_operands")
+    assert not result.get("failed"), result["msg"]
+    assert result["msg"].endswith("running again"), result["msg"]
+    pods = [api.pod_view(api.pods[("gpu-operator", name)]) for name in api.operand_pods("gpu-1")]
+    assert len(pods) == 2 and all(pod["status"]["phase"] == "Running" for pod in pods)
+    # The step looked at the pods again until they ran: more than one listing after the labels went back to true.
+    resumed = max(i for i, (_t, method, path) in enumerate(api.requests) if method == "PATCH")
+    looks = [path for _t, method, path in api.requests[resumed:] if method == "GET" and path.startswith("/api/v1/pods")]
+    assert len(looks) >= 2, api.requests[resumed:]
+
+
+def test_resume_fails_naming_an_operand_pod_that_never_runs(api):
+    api.add_operands("gpu-1", ("device-plugin",))
+    step(api, "pause_gpu_operands")
+    api.operand_start_seconds = None  # CrashLoopBackOff
+    result = step(api, "resume_gpu_operands", timeout=1)
+    assert result.get("failed"), result
+    assert "GPU operator pods not running on node gpu-1 1s after their nvidia.com/gpu.deploy.* labels were set back" \
+        in result["msg"], result["msg"]
+    assert "nvidia-device-plugin-daemonset (Pending, CrashLoopBackOff)" in result["msg"], result["msg"]
+    assert api.node("gpu-1")["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
+
+
 def test_wait_for_jobs_times_out_naming_the_pods(api):
     api.add_gpu_pod("ml", "job-1", "gpu-1", labels={"app": "batch"})
     api.add_gpu_pod("ml", "job-0", "gpu-1", labels={"app": "batch"}, phase="Succeeded")

@@ -67,3 +67,15 @@ def test_vulnerable_version_refused_then_allowed_then_reported_then_upgraded(nod
     assert versions(node) == dict((name, "1.17.8-1") for name in TOOLKIT)
     rules = [f["rule"] for f in upgraded.result_of("Diagnose the node")["findings"]]
     assert "toolkit-vulnerable" not in rules
+
+
+def test_below_the_security_minimum_refused_when_the_operator_asks(node):
+    # The stand-in repository's newest toolkit, 1.18.0-1, is below the table's 1.19.1 (CVE-2026-24260).
+    asked = toolkit_vars(node, nvidia_container_toolkit_version="1.18.0-1", nvidia_container_toolkit_allow_upgrade=True,
+                         nvidia_container_toolkit_security_minimum="refuse")
+    before = versions(node)
+    refused = node.play(ROLE, asked)
+    assert refused.failed
+    message = "\n".join(refused.failure_messages())
+    assert "1.18.0-1 is below 1.19.1" in message and "bulletin 5850" in message and "CVE-2026-24260" in message, message
+    assert versions(node) == before  # refused before any change

@@ -220,7 +220,8 @@ def test_two_controllers_at_once_never_exceed_the_limits(tmp_path):
         rollout = Rollout(tmp_path, api, hosts, gpunode_upgrade_max_parallel=2, stub_install_seconds=1.0)
         first = rollout.start(hosts[:3], name="slice-1")
         second = rollout.start(hosts[3:], name="slice-2")
-        outputs = [first.communicate(timeout=300)[0], second.communicate(timeout=300)[0]]
+        # a guard against a hang, as long as run()'s: on a loaded 2-core machine the two slices took 326 s
+        outputs = [first.communicate(timeout=1500)[0], second.communicate(timeout=1500)[0]]
         assert first.returncode == 0 and second.returncode == 0, outputs
         assert all(rollout.state(host) == "upgrade-done" for host in hosts)
         assert [r for r in api.requests if r[1] in ("PUT", "POST") and "/leases" in r[2]]  # both wrote one Lease
@@ -235,11 +236,25 @@ def test_unload_blocked_takes_the_reboot_path_and_a_toolkit_only_upgrade_the_lig
         assert rollout.events("gpu-1") == ["preflight", "stop unload=True", "install", "reboot", "start"]
 
         rollout.set_versions("gpu-2", driver=NEW, toolkit="1.17.8-1")
-        rc, output = rollout.run(hosts=["gpu-2"], name="light", gpunode_upgrade_toolkit="1.18.0-1")
+        rc, output = rollout.run(hosts=["gpu-2"], name="light", gpunode_upgrade_toolkit="1.19.1-1")
         assert rc == 0, output
         assert rollout.events("gpu-2") == ["preflight", "stop unload=False", "install", "start"]
-        assert rollout.versions("gpu-2")["toolkit"] == "1.18.0-1"
+        assert rollout.versions("gpu-2")["toolkit"] == "1.19.1-1"
         report_peak(api, "reboot path and light path", 2)
+
+
+def test_a_target_below_the_security_minimum_is_refused_unless_allowed(tmp_path):
+    with KubeApiStandin(gpu_nodes(1), pod_seconds=0.2) as api:
+        rollout = Rollout(tmp_path, api, ["gpu-1"], gpunode_upgrade_driver="", gpunode_upgrade_toolkit="1.18.0-1")
+        rc, output = rollout.run()
+        assert rc != 0 and "below the security minimum" in output and "bulletin 5850" in output, output
+        assert "gpunode_upgrade_allow_below_minimum" in output and "CVE-2026-24260" in output
+        assert rollout.log() == [] and api.write_requests == [], api.write_requests  # refused before any change
+
+        rc, output = rollout.run(name="allowed", gpunode_upgrade_allow_below_minimum=True)
+        assert rc == 0, output
+        assert rollout.versions("gpu-1")["toolkit"] == "1.18.0-1" and rollout.state("gpu-1") == "upgrade-done"
+        report_peak(api, "below the security minimum", 1)
 
 
 def test_skip_label_and_nodes_at_target_are_left_alone(tmp_path):

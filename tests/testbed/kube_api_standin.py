@@ -56,6 +56,8 @@ Scenario API (for any test, cluster verification or diagnosis):
         api.add_pdb("ml", "train", {"app": "train"}, disruptions_allowed=1, refuse_first=2)  # or "never"
         api.add_operands("gpu-1", ("device-plugin", "dcgm-exporter"))  # operator DaemonSet pods that follow
                                                    # the node's nvidia.com/gpu.deploy.<operand> labels
+        api.operand_start_seconds = 2              # operand pods created from now on are Pending this long
+                                                   # (None: never Running, CrashLoopBackOff)
         api.set_ready("gpu-2", False); api.set_allocatable("gpu-1", "nvidia.com/gpu", 0); api.node("gpu-1")
         api.eviction_grace = 0.5                   # evicted pods stay terminating this long
         api.mig_manager("gpu-1", "success")        # as the GPU operator's MIG manager: a new nvidia.com/mig.config
@@ -79,6 +81,7 @@ import argparse
 import copy
 import json
 import re
+import signal
 import threading
 import time
 import uuid
@@ -308,6 +311,10 @@ def _field_selector(selector):
     return pairs
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # hundreds of clients connect at once in the benchmarks (the default 5 resets them)
+
+
 class KubeApiStandin:
     """The stand-in API server; see the module docstring for the scenario API."""
 
@@ -339,6 +346,7 @@ class KubeApiStandin:
         self.configmaps = {}    # (namespace, name) -> ConfigMap body
         self.mig_managers = {}  # node name -> the state the MIG manager reports for a new nvidia.com/mig.config
         self.peak_unavailable = 0
+        self.operand_start_seconds = 0  # a recreated operand pod is Pending this long; None: it never runs
         self.lock = threading.RLock()
         self.server = None
         self.thread = None
@@ -350,7 +358,7 @@ class KubeApiStandin:
         class Handler(_Handler):
             api = standin
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -528,6 +536,7 @@ class KubeApiStandin:
                                       "effect": "NoSchedule"}]},
             "status": {"phase": "Running"}})
         self.pods[key].operand = operand
+        self.pods[key].starts_after = self.operand_start_seconds
 
     def evict(self, namespace, name):
         """(code, Status body) of an eviction, as the Eviction API answers it."""
@@ -625,6 +634,11 @@ class KubeApiStandin:
     def pod_view(self, pod):
         """The pod as the API would show it now: status computed from age and node behaviour."""
         body = copy.deepcopy(pod.body)
+        starts_after = getattr(pod, "starts_after", 0)
+        if starts_after is None or time.time() - pod.created < starts_after:  # an operand pod not started yet
+            name, image = _container_name(pod)
+            body["status"] = {"phase": "Pending", "containerStatuses": [
+                _waiting(name, image, "CrashLoopBackOff" if starts_after is None else "ContainerCreating", "")]}
         if getattr(pod, "seeded", False):
             return body
         node = self.node_of(body)
@@ -1153,15 +1167,23 @@ def main():
     parser.add_argument("--pod-seconds", type=float, default=2.0)
     parser.add_argument("--token")
     parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--report", metavar="PATH",
+                        help="on SIGTERM, write what the clients did (requests, peak_unavailable) here as JSON")
     args = parser.parse_args()
     nodes = [Node(*spec.split("=", 1)) if "=" in spec else Node(spec) for spec in args.node]
     api = KubeApiStandin(nodes, pod_seconds=args.pod_seconds, token=args.token).start()
     api.write_kubeconfig(args.kubeconfig)
-    print("Kubernetes API stand-in on %s, kubeconfig %s (Ctrl-C stops)" % (api.url, args.kubeconfig))
+    print("Kubernetes API stand-in on %s, kubeconfig %s (Ctrl-C stops)" % (api.url, args.kubeconfig), flush=True)
+    # SIGTERM ends the wait like Ctrl-C, so a benchmark running the stand-in as its own process gets the report.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         api.stop()
+    if args.report:
+        with open(args.report, "w") as handle:
+            json.dump({"requests": len(api.requests), "write_requests": len(api.write_requests),
+                       "peak_unavailable": api.peak_unavailable}, handle)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,16 @@ def test_label_patch_sets_and_removes_only_what_differs():
     assert patch == {"metadata": {"labels": {PENDING: None}}} and names == [PENDING]
     assert merge(labelled, patch)["metadata"]["labels"] == {"kubernetes.io/os": "linux"}
     assert nm.label_patch(pending, {PENDING: None}) == (None, [])  # nothing to remove
+
+
+def test_operands_not_running_names_each_missing_or_waiting_pod():
+    def pod(app, phase, waiting=None, ready=True):
+        statuses = [{"ready": ready, "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}]
+        return {"metadata": {"name": app + "-x", "labels": {"app": app}},
+                "status": {"phase": phase, "containerStatuses": statuses}}
+    pods = [pod("nvidia-device-plugin-daemonset", "Pending", "ContainerCreating", ready=False),
+            pod("nvidia-dcgm-exporter", "Running")]
+    assert nm.operands_not_running(pods, ["device-plugin", "dcgm-exporter", "dcgm"]) == [
+        "nvidia-device-plugin-daemonset (Pending, ContainerCreating)", "nvidia-dcgm (no pod)"]
+    assert nm.operands_not_running([pod("nvidia-dcgm", "Running", ready=False)], ["dcgm"]) == ["nvidia-dcgm (Running)"]
+    assert nm.operands_not_running(pods[1:], ["dcgm-exporter"]) == []

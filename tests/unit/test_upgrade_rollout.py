@@ -120,6 +120,23 @@ def test_skip_label_and_operator_managed_nodes_are_left_alone():
     assert refused["action"] == "refused" and "upgradePolicy" in refused["reason"]
 
 
+@pytest.mark.parametrize("target, changes, bulletins", [
+    ({"toolkit": "1.18.0-1"}, ["toolkit"], ["bulletin 5850", "CVE-2026-24260"]),
+    ({"driver": "535.288.01"}, ["driver"], ["bulletin 5821"]),
+    ({"driver": "535.309.01", "toolkit": "1.19.1-1"}, ["driver", "toolkit"], []),
+    ({"toolkit": "1.18.0-1"}, [], []),                                     # not changed: not installed by this run
+    ({"driver": "535"}, ["driver"], []),                                   # a branch alone is no version
+])
+def test_a_target_below_the_security_minimum_is_refused(target, changes, bulletins):
+    below = ro.below_minimum(target, changes)
+    assert all(any(word in sentence for sentence in below) for word in bulletins) and bool(below) is bool(bulletins)
+    decision = ro.decide(node("a"), changes, below=below)
+    if bulletins:
+        assert decision["action"] == "refused" and "gpunode_upgrade_allow_below_minimum" in decision["reason"]
+    else:
+        assert decision["action"] != "refused"
+
+
 def test_failed_never_jumps_to_done():
     with pytest.raises(ro.RolloutError, match="only a retry"):
         ro.check_transition(ro.FAILED, ro.DONE)
