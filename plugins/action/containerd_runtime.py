@@ -33,7 +33,7 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_p
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_target as targets
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import BOM, ConfigError
 
-NODE_MODULE = "gpunode.nvidia.config_file"
+NODE_MODULE = "gpunode.nvidia.containerd_config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"
 LOCK_MODULE = "gpunode.nvidia.node_lock"
 

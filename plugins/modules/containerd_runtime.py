@@ -34,7 +34,7 @@ notes:
     config (containerd 1.x drop-ins replace whole plugin tables), the task fails, names the keys and
     writes nothing.
   - TOML editing runs on the controller (requires C(tomlkit) there); the node needs only Python's
-    standard library (M(gpunode.nvidia.config_file) does the node side).
+    standard library (M(gpunode.nvidia.containerd_config_file) does the node side).
   - Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and
     SELinux context. Values of credential keys are masked in the diff and in returned values.
   - B(Node lock.) With O(lock), the call that reads the config takes the node lock of
@@ -147,7 +147,7 @@ attributes:
 requirements:
   - tomlkit (controller)
 seealso:
-  - module: gpunode.nvidia.config_file
+  - module: gpunode.nvidia.containerd_config_file
   - module: gpunode.nvidia.cri_info
 """
 

@@ -34,7 +34,7 @@ notes:
     cannot both take it over, and staleness is checked again while the guard is held.
   - "It reports C(changed=false): the lock is bookkeeping, not a change to the node."
   - M(gpunode.nvidia.containerd_runtime), M(gpunode.nvidia.docker_runtime), M(gpunode.nvidia.crio_runtime) and
-    M(gpunode.nvidia.config_file) take the same lock in the call that reads the config (their C(lock) option),
+    M(gpunode.nvidia.containerd_config_file) take the same lock in the call that reads the config (their C(lock) option),
     which saves the round trips of this module where nothing changes; this module gives it back after a write.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)

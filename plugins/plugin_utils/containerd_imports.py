@@ -19,7 +19,7 @@ resolved and merged depends on the version (verified with Debian's 1.6.20,
 * 2.3.0 to 2.3.4 refuse to start when an imported file's `version` is higher
   than the root file's.
 
-Controller side. The node reads the files (gpunode.nvidia.config_file,
+Controller side. The node reads the files (gpunode.nvidia.containerd_config_file,
 `include`); this module decides which, in what order, and what they mean.
 """
 

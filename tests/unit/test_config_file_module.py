@@ -1,11 +1,11 @@
-"""gpunode.nvidia.config_file (node side): no traceback ever reaches the user."""
+"""gpunode.nvidia.containerd_config_file (node side): no traceback ever reaches the user."""
 import json
 import time
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpunode.nvidia.plugins.modules import config_file
+from ansible_collections.gpunode.nvidia.plugins.modules import containerd_config_file as config_file
 
 
 def run(capsys, **args):

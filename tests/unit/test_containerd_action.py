@@ -357,7 +357,7 @@ class StandInNode:
             if self.lock == module_args["owner"]:
                 self.lock = None
             return {"changed": False, "held_by": self.lock}
-        assert name == "config_file", "%s was called: the discovery passed in must be used" % name
+        assert name == "containerd_config_file", "%s was called: the discovery passed in must be used" % name
         lock = module_args.get("lock")
         if not lock:
             return self._config_file(module_args)
@@ -421,7 +421,7 @@ def test_run_that_changes_nothing_is_one_call_and_leaves_no_lock(task):
     node.calls = []
     again = task(node)
     assert not again["changed"] and again["lock_held"] is False and node.lock is None
-    assert node.names() == ["config_file"]
+    assert node.names() == ["containerd_config_file"]
     assert node.calls[0][1]["lock"] == LOCK and node.calls[0][1]["keep_lock"] is False
 
 
@@ -430,7 +430,7 @@ def test_change_is_planned_again_under_a_kept_lock_and_written(task):
     result = task(node)
     reads = [args for name, args in node.calls if args.get("op") == "read"]
     assert [args["keep_lock"] for args in reads] == [False, True]
-    assert node.names()[-1] == "config_file" and node.calls[-1][1]["op"] == "write"
+    assert node.names()[-1] == "containerd_config_file" and node.calls[-1][1]["op"] == "write"
     assert "node_lock" not in node.names()  # kept for the restart: the role gives it back
     assert result["lock_held"] is True and node.lock == LOCK["owner"] and "runtimes.nvidia" in node.files[ROOT]
 
@@ -439,7 +439,7 @@ def test_check_mode_reads_under_the_lock_and_never_keeps_it(task):
     node = StandInNode({ROOT: PLAIN})
     result = task(node, check_mode=True)
     assert result["changed"] and result["lock_held"] is False and node.lock is None
-    assert node.names() == ["config_file"] and node.files[ROOT] == PLAIN
+    assert node.names() == ["containerd_config_file"] and node.files[ROOT] == PLAIN
 
 
 def test_failed_write_gives_the_kept_lock_back(task):
@@ -455,7 +455,7 @@ def test_refused_edit_leaves_no_lock(task):
     node = StandInNode({ROOT: PLAIN})
     result = task(node, set_as_default=True, binary="/nonexistent/runtime")
     assert result["failed"] and "refusing to make 'nvidia' the default runtime" in result["msg"]
-    assert result["lock_held"] is False and node.lock is None and node.names() == ["config_file"]
+    assert result["lock_held"] is False and node.lock is None and node.names() == ["containerd_config_file"]
 
 
 def test_config_with_imports_is_read_again_under_a_held_lock(task):
@@ -465,7 +465,7 @@ def test_config_with_imports_is_read_again_under_a_held_lock(task):
     node.lock, node.calls = None, []
     result = task(node)
     assert not result["changed"] and result["lock_held"] is False and node.lock is None
-    reads = [(args.get("keep_lock"), args.get("include")) for name, args in node.calls if name == "config_file"]
+    reads = [(args.get("keep_lock"), args.get("include")) for name, args in node.calls if name == "containerd_config_file"]
     # the first read's lock was given back before the import could be read: read again, keeping it
     assert reads == [(False, None), (True, None), (None, [NVIDIA_FILE])]
     assert node.names()[-1] == "node_lock"

@@ -241,7 +241,7 @@ def test_add_import_keeps_crlf_line_endings():
 
 
 def test_node_reads_included_files_as_containerd_expands_them(tmp_path):
-    from ansible_collections.gpunode.nvidia.plugins.modules import config_file
+    from ansible_collections.gpunode.nvidia.plugins.modules import containerd_config_file as config_file
     conf_d = tmp_path / "conf.d"
     conf_d.mkdir()
     (conf_d / "b.toml").write_text("version = 2\n")

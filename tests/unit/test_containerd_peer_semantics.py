@@ -258,12 +258,12 @@ def test_absent_after_present_on_a_v1_default_runtime_file_gives_it_back():
     assert removed.text == LEGACY_V1
 
 
-# ---------------------------------------------------------------- a node without /etc/containerd (config_file)
+# ---------------------------------------------------------------- a node without /etc/containerd (containerd_config_file)
 
 def run_config_file(capsys, check_mode=False, **args):
     import json
     from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.gpunode.nvidia.plugins.modules import config_file
+    from ansible_collections.gpunode.nvidia.plugins.modules import containerd_config_file as config_file
     if check_mode:
         args["_ansible_check_mode"] = True
     with patch_module_args(args):

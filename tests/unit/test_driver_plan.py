@@ -1,4 +1,4 @@
-"""nvidia_driver_plan: what the driver and toolkit roles would do, per distribution.
+"""gpu_install_plan: what the driver and toolkit roles would do, per distribution.
 
 Ubuntu, RHEL-compatible and Amazon Linux archives cannot be reached from the test machines:
 their paths are checked here, as plans (packages, repository files, module streams, commands),
@@ -15,7 +15,7 @@ import yaml
 from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan as dp
 from ansible_collections.gpunode.nvidia.plugins.module_utils import node_os, package_versions, toolkit_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
-from ansible_collections.gpunode.nvidia.plugins.modules import nvidia_driver_plan as module
+from ansible_collections.gpunode.nvidia.plugins.modules import gpu_install_plan as module
 
 OS_RELEASE = {
     "debian12": dict(ID="debian", VERSION_ID="12", VERSION_CODENAME="bookworm"),

@@ -20,11 +20,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
-from ansible_collections.gpunode.nvidia.plugins.modules import config_file, crio_runtime, docker_runtime
+from ansible_collections.gpunode.nvidia.plugins.modules import containerd_config_file, crio_runtime, docker_runtime
 
 DAEMON_JSON = '{\n  "log-driver": "json-file"\n}\n'
 CONTAINERD_TOML = 'version = 2\n# the operator\'s comment\n[plugins]\n'
-MODULES = {"config_file": config_file, "docker_runtime": docker_runtime, "crio_runtime": crio_runtime}
+MODULES = {"containerd_config_file": containerd_config_file, "docker_runtime": docker_runtime, "crio_runtime": crio_runtime}
 RACE_TRIALS = 25
 RACERS = 4
 
@@ -46,8 +46,8 @@ def edit_args(module, path, binary):
     return dict(path=str(path), op="write", content=CONTAINERD_TOML + "# edited\n")
 
 
-INITIAL = {"docker_runtime": DAEMON_JSON, "crio_runtime": "# a file of the operator's\n", "config_file": CONTAINERD_TOML}
-NAMES = {"docker_runtime": "daemon.json", "crio_runtime": "99-nvidia.toml", "config_file": "config.toml"}
+INITIAL = {"docker_runtime": DAEMON_JSON, "crio_runtime": "# a file of the operator's\n", "containerd_config_file": CONTAINERD_TOML}
+NAMES = {"docker_runtime": "daemon.json", "crio_runtime": "99-nvidia.toml", "containerd_config_file": "config.toml"}
 
 
 @pytest.fixture
@@ -201,14 +201,14 @@ def _utf8_prefix(data):
         return exc.reason == "unexpected end of data"
 
 
-@pytest.mark.parametrize("module,reader", [("config_file", "containerd"), ("docker_runtime", "dockerd")])
+@pytest.mark.parametrize("module,reader", [("containerd_config_file", "containerd"), ("docker_runtime", "dockerd")])
 def test_invalid_utf8_is_refused_naming_byte_and_line(capsys, tmp_path, binary, module, reader):
     path = tmp_path / NAMES[module]
     data = INITIAL[module].encode() + b"# caf\xe9\n"
     path.write_bytes(data)
     args = edit_args(module, path, binary)
-    args["op"] = "read" if module == "config_file" else None
-    args = dict((k, v) for k, v in args.items() if v is not None and not (module == "config_file" and k == "content"))
+    args["op"] = "read" if module == "containerd_config_file" else None
+    args = dict((k, v) for k, v in args.items() if v is not None and not (module == "containerd_config_file" and k == "content"))
     result = run(capsys, module, **args)
     assert result["failed"] and result["msg"] == (
         "%s is not UTF-8 text (byte %d, line %d); %s cannot read it either. It was left untouched; save it as "
@@ -303,7 +303,7 @@ def test_concurrent_writes_with_the_same_expected_checksum_let_one_win(tmp_path)
         path.write_text(CONTAINERD_TOML)
         expected = filewrite.sha256_bytes(CONTAINERD_TOML.encode())
         contents = [CONTAINERD_TOML + "# writer %d of trial %d\n" % (n, trial) for n in range(RACERS)]
-        results = _race("config_file", [dict(path=str(path), op="write", content=c, expected_sha256=expected)
+        results = _race("containerd_config_file", [dict(path=str(path), op="write", content=c, expected_sha256=expected)
                                         for c in contents])
         won = [r for r in results if r.get("changed")]
         assert len(won) == 1, (trial, results)

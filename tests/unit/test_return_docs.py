@@ -14,8 +14,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COMMON = {"changed", "failed", "invocation", "msg", "diff", "warnings", "deprecations", "_ansible_no_log",
           "skipped", "skip_reason", "action"}
 PATH_INFO = {"state", "uid", "gid", "owner", "group", "mode", "size", "path", "secontext"}
-MODULES = ["docker_runtime", "crio_runtime", "config_file", "node_lock", "gpu_node_facts", "gpu_doctor",
-           "nvidia_driver_plan"]
+MODULES = ["docker_runtime", "crio_runtime", "containerd_config_file", "node_lock", "gpu_node_facts", "gpu_doctor",
+           "gpu_install_plan"]
 
 
 def documented_returns(module):
@@ -35,11 +35,11 @@ def module_tasks(tmp):
                             "allow_missing_binary": True}),
         ("crio_runtime", {"path": os.path.join(tmp, "etc", "crio", "99-nvidia.toml"),
                           "main_config": os.path.join(tmp, "etc", "crio", "crio.conf"), "allow_missing_binary": True}),
-        ("config_file", {"path": os.path.join(tmp, "daemon.json"), "op": "read"}),
+        ("containerd_config_file", {"path": os.path.join(tmp, "daemon.json"), "op": "read"}),
         ("node_lock", {"path": os.path.join(tmp, "lock"), "owner": "return-docs-test"}),
         ("gpu_node_facts", {"root": tmp}),
         ("gpu_doctor", {"root": tmp, "query_cri": False}),
-        ("nvidia_driver_plan", {"stage": "driver", "root": tmp}),
+        ("gpu_install_plan", {"stage": "driver", "root": tmp}),
     ]
 
 

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: nvidia_node_guard
+module: gpu_node_guard
 short_description: Guards the driver and toolkit stages run before they change a node
 version_added: "0.2.0"
 description:
@@ -94,23 +94,23 @@ notes:
   - Supports check mode; the kernel hold and release are then only reported, and no headers are installed and
     no DKMS build runs (a release that needs one is reported as it would be tried).
 seealso:
-  - module: gpunode.nvidia.nvidia_driver_plan
+  - module: gpunode.nvidia.gpu_install_plan
 """
 
 EXAMPLES = r"""
 - name: Refuse a toolkit with CVE-2025-23266
-  gpunode.nvidia.nvidia_node_guard:
+  gpunode.nvidia.gpu_node_guard:
     check: toolkit
     action: install
     version: 1.17.7-1
 
 - name: Hold the kernel so the NVIDIA module keeps matching it
-  gpunode.nvidia.nvidia_node_guard:
+  gpunode.nvidia.gpu_node_guard:
     check: kernel
     kernel_hold: hold
 
 - name: Refuse an Ubuntu transitional package that jumps the branch
-  gpunode.nvidia.nvidia_node_guard:
+  gpunode.nvidia.gpu_node_guard:
     check: transitional
     branch: "535"
     packages: [nvidia-headless-no-dkms-535-server, nvidia-utils-535-server]

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: nvidia_driver_plan
+module: gpu_install_plan
 short_description: Plan the NVIDIA driver or container toolkit installation of a node, changing nothing
 version_added: "0.1.0"
 description:
@@ -197,7 +197,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Plan the driver of this node
-  gpunode.nvidia.nvidia_driver_plan:
+  gpunode.nvidia.gpu_install_plan:
     stage: driver
     branch: "550"
   register: plan
@@ -207,12 +207,12 @@ EXAMPLES = r"""
     msg: "{{ plan.plan.action }}: {{ plan.plan.reason }} {{ plan.plan.commands }}"
 
 - name: Plan the container toolkit, pinned
-  gpunode.nvidia.nvidia_driver_plan:
+  gpunode.nvidia.gpu_install_plan:
     stage: toolkit
     version: 1.17.8-1
 
 - name: Plan for a machine image mounted at /mnt/image (nothing executed inside it)
-  gpunode.nvidia.nvidia_driver_plan:
+  gpunode.nvidia.gpu_install_plan:
     stage: driver
     root: /mnt/image
     running_kernel: 6.1.0-28-amd64

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: config_file
+module: containerd_config_file
 short_description: Read, validate and atomically replace a runtime configuration file
 version_added: 0.1.0
 description:
@@ -151,7 +151,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Read containerd's config and its effective form
-  gpunode.nvidia.config_file:
+  gpunode.nvidia.containerd_config_file:
     path: /etc/containerd/config.toml
     binary: containerd
     command: [containerd, --config, "%s", config, dump]
@@ -354,7 +354,7 @@ def main():
         supports_check_mode=True,
     )
     # Not masked: the controller edits the bytes this returns, and masks whatever it shows.
-    run_and_exit(module, "config_file", module.params["path"], run_locked, masked=False)
+    run_and_exit(module, "containerd_config_file", module.params["path"], run_locked, masked=False)
 
 
 def run_locked(module):
