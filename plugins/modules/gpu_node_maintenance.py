@@ -18,6 +18,7 @@ version_added: "0.3.0"
 description:
   - Runs on the controller with a kubeconfig and the official C(kubernetes) Python client; one O(step) per task.
     Role C(gpunode.nvidia.gpu_maintenance) chains the steps (entry points C(enter) and C(leave)).
+notes:
   - "V(cordon): sets C(spec.unschedulable). A node that is already unschedulable is left as it is and that is
     recorded in the annotation C(nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable=true) (the GPU
     operator's name), so that V(uncordon) leaves it cordoned. The annotation C(gpunode.nvidia/maintenance-owner)

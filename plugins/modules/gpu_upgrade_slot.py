@@ -17,6 +17,7 @@ short_description: Take or give back a node's slot of a rolling GPU upgrade, hel
 version_added: "0.2.0"
 description:
   - Runs on the controller with a kubeconfig and the official C(kubernetes) Python client.
+notes:
   - The slots of a rolling upgrade are kept in one Lease (O(lease_namespace)/O(lease_name), annotation
     C(gpunode.nvidia/upgrade-slots)), written with its C(resourceVersion). When two controllers (a rerun, AWX
     job slices) write at once, the API refuses the second with 409 Conflict and it decides again on what the

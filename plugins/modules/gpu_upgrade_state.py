@@ -17,6 +17,7 @@ short_description: Read, plan or move a node's rolling-upgrade state on its Node
 version_added: "0.2.0"
 description:
   - Runs on the controller with a kubeconfig and the official C(kubernetes) Python client.
+notes:
   - The state is the GPU operator's label C(nvidia.com/gpu-driver-upgrade-state) (C(upgrade-required),
     C(cordon-required), C(wait-for-jobs-required), C(pod-deletion-required), C(drain-required),
     C(pod-restart-required), C(validation-required), C(uncordon-required), C(upgrade-done), C(upgrade-failed)),

@@ -15,6 +15,7 @@ version_added: "0.2.0"
 description:
   - Reads the collection's dated table of minimum fixed versions per product and driver branch, each row with
     the NVIDIA security bulletin it comes from (C(plugins/module_utils/security_minimums.py), docs/upgrade.md).
+notes:
   - Without O(version), reads the node's loaded driver (C(/proc/driver/nvidia/version), else its packages) or
     its installed C(nvidia-container-toolkit) package.
   - O(mode=warn) returns the finding as a warning; O(mode=refuse) fails naming the minimum and the bulletins.
