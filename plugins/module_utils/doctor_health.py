@@ -222,7 +222,7 @@ def check_persistence(rule, ctx):
                     "GPU, so every container start pays the initialisation and GPU state (clocks, ECC "
                     "counters) is lost between jobs." % ", ".join(off), evidence,
                     playbook_fix("Enable and start nvidia-persistenced (role node_services does).",
-                             {"gpunode_services_stage": True}))]
+                                 {"gpunode_services_stage": True}))]
 
 
 # --- NVSwitch systems: fabric manager ---------------------------------------------------------------
@@ -245,13 +245,13 @@ def check_fabricmanager(rule, ctx):
     if version is None:
         return [finding(rule, "NVSwitch system without fabric manager: CUDA cannot use the GPUs (they stay in "
                         "'fabric not initialised').", evidence, playbook_fix(install[0].upper() + install[1:] +
-                                                                         ", then rerun the node services stage."))]
+                                                                             ", then rerun the node services stage."))]
     evidence.append({"kind": "version", "name": "fabric manager", "version": version, "source": source})
     if version != driver:
         return [finding(rule, "Fabric manager %s is not the driver's version %s: it refuses to start and the "
                         "GPUs are unusable for CUDA." % (version, driver), evidence,
                         playbook_fix(install[0].upper() + install[1:] + " (exactly the driver's version).",
-                                 {"gpunode_services_stage": True}))]
+                                     {"gpunode_services_stage": True}))]
     state = unit_state(ctx, node_services.FABRICMANAGER_UNIT, "is-active")
     running = state == "active" if state is not None else bool(processes_named(ctx, "nv-fabricmanager"))
     if running or not ctx.booted:
@@ -261,7 +261,7 @@ def check_fabricmanager(rule, ctx):
     return [finding(rule, "Fabric manager %s is installed but not running on this NVSwitch system: CUDA cannot "
                     "use the GPUs." % version, evidence,
                     playbook_fix("Start it after the driver (role node_services does); see journalctl -u "
-                             "nvidia-fabricmanager for why it stopped.", {"gpunode_services_stage": True}))]
+                                 "nvidia-fabricmanager for why it stopped.", {"gpunode_services_stage": True}))]
 
 
 # --- CDI spec ---------------------------------------------------------------------------------------
@@ -295,8 +295,8 @@ def check_cdi(rule, ctx):
                     "device plugin in CDI mode) fail to start or get the old driver's libraries."
                     % "; ".join(problems), evidence,
                     playbook_fix("Regenerate the spec after the driver is loaded (role node_services: reset-failed and "
-                             "restart of nvidia-cdi-refresh.service, or nvidia-ctk cdi generate).",
-                             {"node_services_refresh_cdi": True}))]
+                                 "restart of nvidia-cdi-refresh.service, or nvidia-ctk cdi generate).",
+                                 {"node_services_refresh_cdi": True}))]
 
 
 # --- toolkit CVE ----------------------------------------------------------------------------------------
@@ -309,8 +309,8 @@ def check_toolkit_cve(rule, ctx):
     evidence = [{"kind": "version", "name": "nvidia-container-toolkit", "version": version,
                  "source": "package" if toolkit.get("packages") else "--version"}]
     fix = playbook_fix("Upgrade the four toolkit packages together to %s or newer." % TOOLKIT_CVE_MINIMUM,
-                   {"nvidia_container_toolkit_version": TOOLKIT_CVE_MINIMUM + "-1",
-                    "nvidia_container_toolkit_allow_upgrade": True})
+                       {"nvidia_container_toolkit_version": TOOLKIT_CVE_MINIMUM + "-1",
+                        "nvidia_container_toolkit_allow_upgrade": True})
     if node_services.operator_toolkit(ctx.node.root):
         fix["gpu_operator"] = {"helm_values": {"toolkit": {"version": "v%s-ubuntu20.04" % TOOLKIT_CVE_MINIMUM}},
                                "note": "the GPU operator installs this toolkit: upgrade the operator (>= v25.3.1) "

@@ -48,7 +48,7 @@ def check_mig_pending(rule, ctx):
                     [smi_evidence("GPU %(index)d: mig.mode.current %(mig_current)s, mig.mode.pending %(mig_pending)s" % g)
                      for g in pending],
                     playbook_fix("Rerun the partitioning stage: it stops the GPU clients, unloads nvidia_drm and resets "
-                             "only these GPUs (or reboot the node).", PARTITIONING_VARS))]
+                                 "only these GPUs (or reboot the node).", PARTITIONING_VARS))]
 
 
 def recorded_layout(ctx):
@@ -95,7 +95,7 @@ def check_cdi_after_mig(rule, ctx):
                     "through CDI fail to start or get a whole GPU." % (len(devices), path),
                     [ctx.file_evidence(path), {"kind": "command", "text": devices[0], "source": "nvidia-smi -L"}],
                     playbook_fix("Regenerate the CDI spec (role node_services with node_services_refresh_cdi).",
-                             {"node_services_refresh_cdi": True}))]
+                                 {"node_services_refresh_cdi": True}))]
 
 
 def _spec_names_mig(text):
@@ -122,7 +122,7 @@ def check_sharing(rule, ctx):
                     + [smi_evidence("GPU %d: compute mode %s, MIG %s" % (g["index"], g["compute_mode"],
                                                                          g["mig_current"])) for g in gpus],
                     playbook_fix("Select a time-slicing config for this node, or disable MIG and stop the host MPS daemon; "
-                             "the partitioning stage checks this before it labels the node.", PARTITIONING_VARS))]
+                                 "the partitioning stage checks this before it labels the node.", PARTITIONING_VARS))]
 
 
 def check_dra(rule, ctx):
@@ -141,7 +141,7 @@ def check_dra(rule, ctx):
         p if p.endswith(".") else p + "." for p in problems),
         [note("DRA kubelet plugin directory %s" % d) for d in present],
         playbook_fix("Make the node DRA-ready (partitioning stage with gpunode_dra, ComputeDomains with "
-                 "gpu_partitioning_dra_compute_domains).", dict(PARTITIONING_VARS, gpunode_dra=True)))]
+                     "gpu_partitioning_dra_compute_domains).", dict(PARTITIONING_VARS, gpunode_dra=True)))]
 
 
 RULES = (

@@ -303,8 +303,8 @@ def test_concurrent_writes_with_the_same_expected_checksum_let_one_win(tmp_path)
         path.write_text(CONTAINERD_TOML)
         expected = filewrite.sha256_bytes(CONTAINERD_TOML.encode())
         contents = [CONTAINERD_TOML + "# writer %d of trial %d\n" % (n, trial) for n in range(RACERS)]
-        results = _race("containerd_config_file", [dict(path=str(path), op="write", content=c, expected_sha256=expected)
-                                        for c in contents])
+        results = _race("containerd_config_file",
+                        [dict(path=str(path), op="write", content=c, expected_sha256=expected) for c in contents])
         won = [r for r in results if r.get("changed")]
         assert len(won) == 1, (trial, results)
         assert all("changed on the node while this task was preparing its edit" in r["msg"]
