@@ -60,16 +60,15 @@ def resolve_in_root(root, node_path, max_links=40):
 def unit_files(exists, listdir, name):
     """The unit file systemd loads for NAME, then its drop-ins in the order systemd applies them.
 
-    The unit is the first UNIT_DIRS entry that has it (a link to /dev/null included: a masked unit).
+    The unit is the first UNIT_DIRS entry that has it (a link to /dev/null included: a masked unit); its
+    drop-ins are listed even where the unit file itself is not found (a drop-in still says what runs).
     Drop-ins (NAME.d/*.conf) come from every unit directory; one of the same file name in a
     higher-priority directory replaces the lower one, and all are applied sorted by file name.
     EXISTS(path) and LISTDIR(path) read the node (through its root)."""
     main = next((d + "/" + name for d in UNIT_DIRS if exists(d + "/" + name)), None)
-    if main is None:
-        return []
     dropins = {}
     for directory in reversed(UNIT_DIRS):
         for entry in listdir(directory + "/" + name + ".d"):
             if entry.endswith(".conf"):
                 dropins[entry] = directory + "/" + name + ".d/" + entry
-    return [main] + [dropins[entry] for entry in sorted(dropins)]
+    return ([main] if main else []) + [dropins[entry] for entry in sorted(dropins)]

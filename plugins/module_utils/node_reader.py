@@ -305,9 +305,9 @@ def unit_entries(node, name, *sections):
 
 def _read_unit(node, name):
     files = _unit_files(node, name)
-    if not files:
+    main = next((path for path in files if not path.endswith(".conf") or "/" + name + ".d/" not in path), None)
+    if main is None:
         return None
-    main = files[0]
     env, exec_start, listen = {}, None, None
     masked = node.readlink(main) == "/dev/null"
     sources = [path for path in files if node.read(path) is not None]

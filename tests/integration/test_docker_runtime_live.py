@@ -464,7 +464,8 @@ def test_flag_conflicts_are_real(docker, seeded, capsys):
         handle.write("[Service]\nExecStart=\nExecStart=%s -H fd:// --default-runtime runc\n" % docker.dockerd_binary)
     result = run_module(capsys, path=docker.config, binary=docker.runtime, set_as_default=True,
                         dockerd_binary=docker.dockerd_binary, systemd_root=docker.path("conflict-root"))
-    assert result["failed"] is True and dropin in result["msg"]
+    # Named as the path on the node (under systemd_root): /etc/systemd/system/docker.service.d/gpu.conf.
+    assert result["failed"] is True and "(passed by /etc/systemd/system/docker.service.d/gpu.conf)" in result["msg"]
     with open(docker.config) as handle:
         assert handle.read() == SEED
 

@@ -39,6 +39,8 @@ def test_the_unit_comes_from_the_first_directory_that_has_it_and_a_mask_counts(t
     tree.symlink("/etc/systemd/system/docker.service", "/dev/null")
     assert files_of(tmp_path, "docker.service") == ["/etc/systemd/system/docker.service"]
     assert files_of(tmp_path, "missing.service") == []
+    tree.file("/etc/systemd/system/missing.service.d/10-x.conf", "[Service]\n")
+    assert files_of(tmp_path, "missing.service") == ["/etc/systemd/system/missing.service.d/10-x.conf"]
 
 
 def test_dropins_override_by_name_across_directories_and_apply_sorted_by_name(tmp_path):
