@@ -57,18 +57,25 @@ def resolve_in_root(root, node_path, max_links=40):
     return "/" + "/".join(resolved)
 
 
-def unit_files(exists, listdir, name):
-    """The unit file systemd loads for NAME, then its drop-ins in the order systemd applies them.
+def unit_path(exists, name):
+    """The unit file systemd loads for NAME: the first UNIT_DIRS entry that has it (a link to /dev/null
+    included: a masked unit), or None. EXISTS(path) reads the node (through its root)."""
+    return next((d + "/" + name for d in UNIT_DIRS if exists(d + "/" + name)), None)
 
-    The unit is the first UNIT_DIRS entry that has it (a link to /dev/null included: a masked unit); its
-    drop-ins are listed even where the unit file itself is not found (a drop-in still says what runs).
-    Drop-ins (NAME.d/*.conf) come from every unit directory; one of the same file name in a
-    higher-priority directory replaces the lower one, and all are applied sorted by file name.
-    EXISTS(path) and LISTDIR(path) read the node (through its root)."""
-    main = next((d + "/" + name for d in UNIT_DIRS if exists(d + "/" + name)), None)
+
+def unit_dropins(listdir, name):
+    """NAME's drop-ins (NAME.d/*.conf) in the order systemd applies them: from every unit directory, one of
+    the same file name in a higher-priority directory replacing the lower one, all sorted by file name."""
     dropins = {}
     for directory in reversed(UNIT_DIRS):
         for entry in listdir(directory + "/" + name + ".d"):
             if entry.endswith(".conf"):
                 dropins[entry] = directory + "/" + name + ".d/" + entry
-    return ([main] if main else []) + [dropins[entry] for entry in sorted(dropins)]
+    return [dropins[entry] for entry in sorted(dropins)]
+
+
+def unit_files(exists, listdir, name):
+    """The unit file, then its drop-ins; the drop-ins are listed even where the unit file itself is not
+    found (a drop-in still says what runs)."""
+    main = unit_path(exists, name)
+    return ([main] if main else []) + unit_dropins(listdir, name)

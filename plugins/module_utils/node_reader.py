@@ -24,7 +24,8 @@ import shlex
 import struct
 import subprocess
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import in_root, resolve_in_root, unit_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import (
+    in_root, resolve_in_root, unit_dropins, unit_files, unit_path)
 
 VERSION_RE = re.compile(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)")
 INTERESTING = ("containerd", "dockerd", "crio", "cri-dockerd", "kubelet", "kubelite", "k3s", "rke2", "k0s")
@@ -291,37 +292,40 @@ def unit(node, name):
     return node.units[name]
 
 
-def _unit_files(node, name):
-    return unit_files(lambda path: node.exists(path) or node.readlink(path) is not None, node.listdir, name)
+def _exists_or_link(node):
+    return lambda path: node.exists(path) or node.readlink(path) is not None
 
 
 def unit_entries(node, name, *sections):
     """(key, value, file) of a unit's settings in SECTIONS ([Service], [Socket]...), from the unit file and
     its drop-ins in the order systemd applies them (a later value wins; an empty ExecStart= resets)."""
-    for path in _unit_files(node, name):
+    for path in unit_files(_exists_or_link(node), node.listdir, name):
         for key, value in unit_lines(node.read(path) or "", sections):
             yield key, value, path
 
 
 def _read_unit(node, name):
-    files = _unit_files(node, name)
-    main = next((path for path in files if not path.endswith(".conf") or "/" + name + ".d/" not in path), None)
+    main = unit_path(_exists_or_link(node), name)
     if main is None:
         return None
-    env, exec_start, listen = {}, None, None
+    env, exec_start, listen, sources = {}, None, None, []
     masked = node.readlink(main) == "/dev/null"
-    sources = [path for path in files if node.read(path) is not None]
-    for key, value, _path in unit_entries(node, name, "Service", "Socket"):
-        if key == "Environment":
-            for pair in split_args(value):
-                env_key, _sep, env_value = pair.partition("=")
-                env[env_key] = env_value
-        elif key == "EnvironmentFile":
-            env.update(read_env_file(node, value.lstrip("-")))
-        elif key == "ExecStart":
-            exec_start = value.lstrip("-@+!:") or None  # an empty ExecStart= resets
-        elif key == "ListenStream":
-            listen = value.replace("%t", "/run")
+    for path in [main] + unit_dropins(node.listdir, name):
+        text = node.read(path)
+        if text is None:
+            continue
+        sources.append(path)
+        for key, value in unit_lines(text, ("Service", "Socket")):
+            if key == "Environment":
+                for pair in split_args(value):
+                    env_key, _sep, env_value = pair.partition("=")
+                    env[env_key] = env_value
+            elif key == "EnvironmentFile":
+                env.update(read_env_file(node, value.lstrip("-")))
+            elif key == "ExecStart":
+                exec_start = value.lstrip("-@+!:") or None  # an empty ExecStart= resets
+            elif key == "ListenStream":
+                listen = value.replace("%t", "/run")
     enabled = any(node.exists("/etc/systemd/system/%s/%s" % (wants, name))
                   for wants in node.listdir("/etc/systemd/system") if wants.endswith(".wants"))
     return {"name": name, "path": main, "files": sources, "env": env, "listen": listen,

@@ -31,7 +31,8 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import UNIT_DIRS, in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils import node_paths
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node_paths import in_root
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import run_command
 
 NVIDIA_VENDOR = "0x10de"
@@ -119,11 +120,7 @@ def installed_packages(root="/"):
 
 
 def unit_path(root, unit):
-    for directory in UNIT_DIRS:
-        path = directory + "/" + unit
-        if os.path.lexists(in_root(root, path)):
-            return path
-    return None
+    return node_paths.unit_path(lambda path: os.path.lexists(in_root(root, path)), unit)
 
 
 def find_tool(root, name, extra_dirs=()):
