@@ -24,8 +24,8 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 # One argument spec, documented with the module: the action validates with it before anything runs.
 from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime import ARGUMENT_SPEC
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data, mask_text
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
     bug_message, missing_binary_warning, missing_default_refusal)
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod

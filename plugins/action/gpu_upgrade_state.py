@@ -14,7 +14,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect, unreachable
-from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro

@@ -231,8 +231,8 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
-from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write,
     clear_debris,
     decode_utf8,
@@ -241,10 +241,10 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
     remove_file,
     sha256_bytes,
 )
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, run_holding
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import find_binary
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import run_and_exit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, run_holding
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import find_binary
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import run_and_exit
 
 
 def run_on(module, command, target, shown_as):

@@ -295,8 +295,8 @@ lock_taken_over:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import DEFAULT_BINARY
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import DEFAULT_BINARY
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS
 
 # The same options as the action plugin validates (tests/unit/test_module_docs.py keeps them equal),
 # so that the documentation is checked against them.

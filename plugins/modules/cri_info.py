@@ -143,14 +143,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient,
     default_runtime_from_status,
     runtime_ready,
     runtimes_from_status,
 )
-from ansible_collections.gpunode.nvidia.plugins.module_utils.http2_grpc import CRIError, UNAVAILABLE, UNIMPLEMENTED
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError, UNAVAILABLE, UNIMPLEMENTED
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data
 
 POLL_INTERVAL = 0.5
 

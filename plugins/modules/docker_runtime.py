@@ -225,19 +225,21 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config, dockerd_flags
-from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import dockerd_flags
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write,
     check_unchanged,
     decode_utf8,
     editing,
     read_bytes,
 )
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
     DEFAULT_BINARY, binary_problem, find_binary)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, under_lock_option
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, under_lock_option
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit, warn
 
 
 def dockerd_facts(module):

@@ -131,9 +131,9 @@ would:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import atomic_write, remove_file
-from ansible_collections.gpunode.nvidia.plugins.module_utils.gpu_clients import ClientsError, manage
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import atomic_write, remove_file
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services.gpu_clients import ClientsError, manage
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
 
 class StateFile(object):

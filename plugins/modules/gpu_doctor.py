@@ -155,7 +155,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_rules import diagnose_safely
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.rules import diagnose_safely
 
 
 def main():

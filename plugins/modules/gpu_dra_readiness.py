@@ -73,11 +73,11 @@ driver_root:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import dra_readiness
-from ansible_collections.gpunode.nvidia.plugins.module_utils.kubelet_gates import kubelet_version
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import dra_readiness
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning.kubelet_gates import kubelet_version
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import Node
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
 
 def run(module):

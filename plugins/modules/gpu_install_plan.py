@@ -361,10 +361,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node, run_command
-from ansible_collections.gpunode.nvidia.plugins.module_utils.driver_plan import plan_driver
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_os import PlanError
-from ansible_collections.gpunode.nvidia.plugins.module_utils.toolkit_plan import plan_toolkit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import Node, run_command
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install.driver_plan import plan_driver
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_os import PlanError
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install.toolkit_plan import plan_toolkit
 
 DRIVER_KEYS = ("branch", "default_branch", "flavour", "install_without_gpu", "allow_upgrade", "source", "packages",
                "ubuntu_modules", "debian_mirror", "debian_suites", "debian_signed_by", "repo_base", "repo_url",

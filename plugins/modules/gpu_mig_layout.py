@@ -108,9 +108,9 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
-from ansible_collections.gpunode.nvidia.plugins.module_utils import mig_layout
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
 MISSING_TOOL = ("%s is not installed on this node: install NVIDIA's %s (the mig-parted release package for "
                 "nvidia-mig-parted), or leave MIG to the GPU operator's MIG manager.")

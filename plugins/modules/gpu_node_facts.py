@@ -256,7 +256,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import SECTIONS, gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import SECTIONS, gather
 
 
 def main():

@@ -159,7 +159,9 @@ import functools
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import guards, node_services
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import guards
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services import node_services
 
 
 def run(module, argv, check_rc=False):

@@ -64,7 +64,7 @@ notes:
     (image bakes) the units are only enabled, even without a GPU; the image's first boot starts them.
   - Where NVIDIA's GPU operator manages the toolkit (C(/usr/local/nvidia/toolkit), its containerd drop-in with the
     C(nvidia-cdi)/C(nvidia-legacy) runtimes) the CDI spec is left to it.
-  - The same code (C(module_utils/node_services.py), standard library only) runs at an image's first boot.
+  - The same code (C(module_utils/services/node_services.py), standard library only) runs at an image's first boot.
   - Supports check mode; the actions that would run are listed in RV(actions).
   - Standard library only on the managed node (Python 3.6+).
 seealso:
@@ -167,7 +167,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_services import ensure_node_services
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services.node_services import ensure_node_services
 
 
 def main():

@@ -49,9 +49,9 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import gpu_sharing
-from ansible_collections.gpunode.nvidia.plugins.module_utils import mig_layout
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import gpu_sharing
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
 
 def run(module):

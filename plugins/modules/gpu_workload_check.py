@@ -295,15 +295,15 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
-from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
-from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc
-from ansible_collections.gpunode.nvidia.plugins.module_utils import proof
-from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import normalize_socket
-from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain_first
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_data
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import proof
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import normalize_socket
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain_first
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data
 
 CRI_CALL_TIMEOUT = 60
 ENGINES = ("containerd", "crio", "docker")

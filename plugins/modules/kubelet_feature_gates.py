@@ -110,12 +110,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import kubelet_gates
-from ansible_collections.gpunode.nvidia.plugins.module_utils.discovery import gather
-from ansible_collections.gpunode.nvidia.plugins.module_utils.filewrite import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import kubelet_gates
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write, check_unchanged, decode_utf8, editing, read_bytes)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit, warn
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import Node
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit, warn
 
 KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
 

@@ -101,9 +101,9 @@ taken_over:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import (
     LOCK_OPTIONS, acquire, release, start_keeper, timeout_message)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.safe_exit import fail, run_and_exit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
 ARGUMENT_SPEC = dict(
     LOCK_OPTIONS,

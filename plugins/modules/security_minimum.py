@@ -14,7 +14,7 @@ short_description: Compare an NVIDIA driver or container toolkit version with th
 version_added: "0.2.0"
 description:
   - Reads the collection's dated table of minimum fixed versions per product and driver branch, each row with
-    the NVIDIA security bulletin it comes from (C(plugins/module_utils/security_minimums.py), docs/upgrade.md).
+    the NVIDIA security bulletin it comes from (C(plugins/module_utils/install/security_minimums.py), docs/upgrade.md).
 notes:
   - Without O(version), reads the node's loaded driver (C(/proc/driver/nvidia/version), else its packages) or
     its installed C(nvidia-container-toolkit) package.
@@ -84,9 +84,9 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import node_reader
-from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
-from ansible_collections.gpunode.nvidia.plugins.module_utils.nvidia_facts import driver, toolkit
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.nvidia_facts import driver, toolkit
 
 
 def node_version(product):

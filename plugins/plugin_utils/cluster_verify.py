@@ -26,8 +26,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain, explain_first
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain, explain_first
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
 
 try:
     from kubernetes import client as k8s

@@ -22,7 +22,7 @@ except ImportError:  # reported by containerd_toml.require_tomlkit() with the in
 import copy
 import posixpath
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text, mask_value
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text, mask_value
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     CRI_DUMP_PLUGINS, ConfigError, get_path, parse, require_tomlkit)

@@ -31,8 +31,8 @@ import json
 import posixpath
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
-from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import deep_merge
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     CRI_DUMP_PLUGINS, ConfigError, get_path, parse)
 

@@ -12,7 +12,7 @@ __metaclass__ = type
 import fnmatch
 import posixpath
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError
 
 DEFAULT_PATH = "/etc/containerd/config.toml"

@@ -41,8 +41,8 @@ try:  # Python 3.11+: the standard parser, with precise error positions
 except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.runtime_views import deep_merge
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import HOW_TO_REPORT
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 

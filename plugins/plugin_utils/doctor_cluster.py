@@ -7,7 +7,7 @@
 ``items`` of NodeList, RuntimeClassList, PodList and EventList) so the rules can
 be tested with recorded JSON and run against any client. ``read_cluster(api)``
 fetches them with the official ``kubernetes`` client. Findings have the node
-rules' shape (see module_utils/doctor_rules.py); their evidence kind is ``api``.
+rules' shape (see module_utils/doctor/rules.py); their evidence kind is ``api``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,7 +16,7 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain
 
 GPU_LABELS = (("nvidia.com/gpu.present", "true"), ("feature.node.kubernetes.io/pci-10de.present", "true"))
 MAX_POD_FINDINGS = 20

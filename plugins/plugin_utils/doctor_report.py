@@ -20,7 +20,7 @@ import textwrap
 import jinja2
 import markupsafe
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor_rules import CATALOGUE, SEVERITIES
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.rules import CATALOGUE, SEVERITIES
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_cluster import CLUSTER_CATALOGUE
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_report_html import CSS, JS, TEMPLATE
 

@@ -33,7 +33,7 @@ import json
 import math
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"

@@ -22,8 +22,8 @@ sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "integration"
 import conftest  # noqa: F401,E402  pylint: disable=unused-import
 import daemons  # noqa: E402
 from ansible_runner import run_module  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import plan_runtime_edit  # noqa: E402
 
 DEBIAN_DEFAULT = os.path.join(HERE, "..", "unit", "corpus", "containerd", "v2-debian-default.toml")

@@ -50,8 +50,8 @@ def _collection_importable():
 
 
 _collection_importable()
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc  # noqa: E402
 
 
 # --------------------------------------------------------------------------

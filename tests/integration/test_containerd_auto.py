@@ -15,7 +15,7 @@ import pytest
 
 import daemons
 from ansible_runner import run_module
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 
 STANDIN_KUBELET = os.path.join(daemons.REPO, "tests", "testbed", "stand-ins", "kubelet")
 

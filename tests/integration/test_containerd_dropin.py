@@ -16,7 +16,7 @@ import pytest
 
 import daemons
 from ansible_runner import REPO, run_module
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import load_dump, runtime_in_dump
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import get_path
 

@@ -27,7 +27,7 @@ import time
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config as dc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
 from ansible_collections.gpunode.nvidia.plugins.modules import docker_runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(daemons.REPO, "tests", "testbed"))
 import node_trees  # noqa: E402
 from kube_api_standin import Node  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_rules  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import doctor_cluster, doctor_report  # noqa: E402
 
 CHROMIUM_PACKAGE = "chromium"  # Debian's package (bookworm: chromium 1xx from bookworm-security)

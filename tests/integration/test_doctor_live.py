@@ -19,7 +19,9 @@ import pytest
 import daemons
 from ansible_runner import run_module
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_kubelet, doctor_rules
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import kubelet as doctor_kubelet
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="private containerd daemons need root")
 

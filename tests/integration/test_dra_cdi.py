@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import dra_readiness
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import dra_readiness
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import load_dump
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import plan_runtime_edit
 

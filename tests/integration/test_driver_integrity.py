@@ -21,7 +21,9 @@ import nvidia_node
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import secure_boot, version_lock
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import secure_boot
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import version_lock
 
 DKMS_IMAGE = "local/gpunode-dkms:bookworm"
 DRIVER = [{"role": "gpunode.nvidia.nvidia_driver"}]

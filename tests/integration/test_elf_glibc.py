@@ -21,7 +21,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery, elf
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import discovery
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import elf
 from ansible_collections.gpunode.nvidia.plugins.modules import gpu_node_facts
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import discovery
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FETCH = os.path.join(REPO, "tests", "testbed", "debian-archive.sh")

@@ -16,7 +16,7 @@ import pytest
 
 import daemons
 from ansible_runner import REPO, run_module
-from ansible_collections.gpunode.nvidia.plugins.module_utils.explain import explain, explain_first
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain, explain_first
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402

@@ -371,7 +371,7 @@ def test_exit_zero_without_the_success_line_fails():
 
 
 def test_docker_uses_gpus_all_only_with_a_gpu():
-    from ansible_collections.gpunode.nvidia.plugins.module_utils import workload
+    from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as workload
     with_gpu = workload.docker_run_argv("n", "nvidia", "img", with_gpus=True)
     without = workload.docker_run_argv("n", "nvidia", "img", with_gpus=False)
     assert with_gpu[with_gpu.index("--gpus") + 1] == "all" and "--gpus" not in without

@@ -20,7 +20,7 @@ import pytest
 
 import daemons
 from ansible_runner import run_module
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_plan, containerd_target
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports

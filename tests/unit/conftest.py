@@ -2,7 +2,7 @@
 unless a test asks for it (`real_keeper`)."""
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import node_lock as node_lock_utils
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import node_lock as node_lock_utils
 from ansible_collections.gpunode.nvidia.plugins.modules import node_lock as node_lock_module
 
 

@@ -2,7 +2,7 @@
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editor_contract import HOW_TO_REPORT
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import BUG_REPORT
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import MASK, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import MASK, mask_text
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     ConfigError,
     _pruned,

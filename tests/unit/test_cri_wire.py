@@ -12,8 +12,12 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import cri, hpack, protobuf_wire
-from ansible_collections.gpunode.nvidia.plugins.module_utils import http2_grpc as h2
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import hpack
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import protobuf_wire
+from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc as h2
 
 
 # ---------------------------------------------------------------- protobuf

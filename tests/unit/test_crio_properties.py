@@ -1,4 +1,4 @@
-"""Property-based tests of the CRI-O drop-in editor (module_utils.crio_config).
+"""Property-based tests of the CRI-O drop-in editor (module_utils.editors.crio_config).
 
 The drop-in is rendered whole: for any runtime name, binary and root it must parse (tomllib,
 the real parser) to exactly the table asked for, and be the same text every time. The override
@@ -16,7 +16,7 @@ import tomllib
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config as cc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config as cc
 
 names = st.one_of(st.sampled_from(["nvidia", "nvidia-cdi", "nvidia.legacy", "crun", "kata qemu", 'n"q', "é"]),
                   st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=10))

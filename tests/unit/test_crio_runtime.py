@@ -1,4 +1,4 @@
-"""gpunode.nvidia.crio_runtime and module_utils.crio_config.
+"""gpunode.nvidia.crio_runtime and module_utils.editors.crio_config.
 
 CRI-O cannot be installed on the test machines: these are unit tests only.
 The rendered drop-in is checked with a real TOML parser (tomllib/tomlkit) on
@@ -14,7 +14,7 @@ import pytest
 import tomlkit
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config as cc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config as cc
 from ansible_collections.gpunode.nvidia.plugins.modules import crio_runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,4 @@
-"""Property-based tests of the daemon.json editor (module_utils.docker_config).
+"""Property-based tests of the daemon.json editor (module_utils.editors.docker_config).
 
 For any daemon.json, in any layout real tools write (2/4 spaces, tabs, compact, CRLF, BOM,
 escaped or raw unicode, odd whitespace around tokens), the editor either refuses with its own
@@ -17,7 +17,7 @@ from collections import OrderedDict
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config as dc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
 
 PATH = "/etc/docker/daemon.json"
 NAME = "nvidia"

@@ -1,4 +1,4 @@
-"""gpunode.nvidia.docker_runtime and module_utils.docker_config, without a daemon.
+"""gpunode.nvidia.docker_runtime and module_utils.editors.docker_config, without a daemon.
 
 The module's own code runs in-process (AnsibleModule with patched arguments);
 dockerd's `--validate` is played by a small stand-in script here, the real
@@ -12,8 +12,8 @@ import textwrap
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import docker_config as dc
-from ansible_collections.gpunode.nvidia.plugins.module_utils import dockerd_flags
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import dockerd_flags
 from ansible_collections.gpunode.nvidia.plugins.modules import docker_runtime
 
 NCR = "/usr/bin/nvidia-container-runtime"

@@ -13,8 +13,10 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 import gpu_health_trees as trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_rules, secure_boot  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils.driver_drift import APT_SIMULATE  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import secure_boot  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install.driver_drift import APT_SIMULATE  # noqa: E402
 
 from test_doctor_health import Recorded, healthy  # noqa: E402
 

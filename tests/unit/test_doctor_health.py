@@ -17,7 +17,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import gpu_health_trees as trees  # noqa: E402
 import node_trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_health, doctor_rules  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import health as doctor_health  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
 
 HEALTH = set(spec[0] for spec in doctor_health.RULES)
 BOOT = "2026-11-23T08:00:01+0000 node1 kernel: Linux version 6.1.0-37-amd64 (debian-kernel@lists.debian.org)"

@@ -11,7 +11,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import gpu_health_trees as trees  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_partitioning, doctor_rules, mig_layout  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import partitioning as doctor_partitioning  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STANDINS = os.path.join(REPO, "tests", "testbed", "stand-ins")

@@ -20,7 +20,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import node_trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_rules, toml_reader  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import toml_reader  # noqa: E402
 
 CRI = 'plugins."io.containerd.grpc.v1.cri"'
 STANDIN_BINARY = "#!/bin/sh\n# stand-in nvidia-container-runtime\nexec runc \"$@\"\n"
@@ -680,11 +682,11 @@ def test_no_missing_binary_fix_sets_the_missing_path_again(tmp_path):
 
 
 def test_every_doctor_module_exports_rules_in_one_form_and_none_builds_findings_its_own_way():
-    """One convention: each doctor_*.py (but the runner and the context) exports RULES, the catalogue is their
-    concatenation, and findings come from doctor_context's builder only."""
+    """One convention: each module of the doctor package (but the runner and the context) exports RULES, the
+    catalogue is their concatenation, and findings come from the context's builder only."""
     directory = os.path.dirname(doctor_rules.__file__)
-    names = sorted(n[:-3] for n in os.listdir(directory) if n.startswith("doctor_") and n.endswith(".py"))
-    rule_modules = [n for n in names if n not in ("doctor_rules", "doctor_context")]
+    names = sorted(n[:-3] for n in os.listdir(directory) if n.endswith(".py"))
+    rule_modules = [n for n in names if n not in ("__init__", "rules", "context")]
     assert sorted(m.__name__.rsplit(".", 1)[1] for m in doctor_rules.RULE_MODULES) == rule_modules
     for module in doctor_rules.RULE_MODULES:
         assert all(len(spec) == 5 and callable(spec[4]) for spec in module.RULES), module.__name__

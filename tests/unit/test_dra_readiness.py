@@ -1,7 +1,7 @@
 """DRA prerequisites of a node, from discovery's facts."""
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import dra_readiness
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import dra_readiness
 
 
 def facts(kind="containerd", version="1.7.24", driver="570.172.08", platform=None, config_path=None):
@@ -64,7 +64,7 @@ def test_the_gate_on_kubelets_command_line_or_pending_in_this_run():
 
 
 def test_driver_root_for_the_chart_values(tmp_path):
-    from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
+    from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import Node
     assert dra_readiness.driver_root(Node(str(tmp_path))) == "/"
     operator = tmp_path / "run/nvidia/driver/usr/bin"
     operator.mkdir(parents=True)

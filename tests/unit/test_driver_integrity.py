@@ -14,8 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_drift, secure_boot, version_lock
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_reader import Node
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import driver_drift
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import secure_boot
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import version_lock
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import Node
 
 # tree: the node tree fixture, used by name
 from test_driver_plan import driver, tree  # noqa: F401  pylint: disable=unused-import
@@ -174,7 +178,7 @@ def test_precompiled_needs_the_package_for_the_kernel_an_upgrade_installs(tree):
         ("apt-cache", "pkgnames"): (0, "nvidia-utils-580-server\n"),
         ("apt-get", "-s"): (0, "")})
     node = Node(node_tree.root, run)
-    from ansible_collections.gpunode.nvidia.plugins.module_utils import driver_plan as dp
+    from ansible_collections.gpunode.nvidia.plugins.module_utils.install import driver_plan as dp
     env = {"running_kernel": "6.8.0-50-generic", "arch": "x86_64", "mok_enrolled": None,
            "secure_boot": {"enabled": True, "source": "test"}}
     plan = dp.plan_driver(node, {"default_branch": "580", "secure_boot_strategy": "precompiled"}, env)
@@ -316,7 +320,7 @@ def test_apt_simulation_lines_are_read_back(entries):
 
 def test_efi_fake_tree_for_the_three_cases(tree):
     """Secure Boot off, on with the key enrolled, on with it not enrolled: the plan's decision for each."""
-    from ansible_collections.gpunode.nvidia.plugins.module_utils import node_os
+    from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_os
     assert node_os.secure_boot(tree().efi(0).node())["enabled"] is False
     on = tree().gpu().efi(1).write("/var/lib/dkms/mok.pub", "cert")
     enrolled = driver(on, mok_enrolled=True)["secure_boot"]

@@ -1,7 +1,7 @@
 """The three runtime editors share one contract: the same refusal, warning and bug message, word for word."""
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import editor_contract as contract
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import editor_contract as contract
 
 PRESENT = dict(state="present", name="nvidia", binary="/usr/bin/nvidia-container-runtime", set_as_default=True,
                allow_missing_binary=False)

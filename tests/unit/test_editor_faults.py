@@ -19,7 +19,7 @@ from ansible.module_utils.testing import patch_module_args
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import filewrite
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
 from ansible_collections.gpunode.nvidia.plugins.modules import containerd_config_file, crio_runtime, docker_runtime
 
 DAEMON_JSON = '{\n  "log-driver": "json-file"\n}\n'

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from node_trees import NodeTree, write_elf  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import elf  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import elf  # noqa: E402
 
 NEEDS = [("libc.so.6", ["GLIBC_2.2.5", "GLIBC_2.34", "GLIBC_2.3.4"]), ("libm.so.6", ["GLIBC_2.29"]),
          ("libselinux.so.1", ["LIBSELINUX_1.0"])]

@@ -1,4 +1,4 @@
-"""The first boot of a baked image (module_utils/firstboot.py) and its diagnosis rule, over node trees.
+"""The first boot of a baked image (module_utils/services/firstboot.py) and its diagnosis rule, over node trees.
 
 Commands (modinfo, modprobe, systemctl) go to a recording runner; the GPUs are sysfs entries of
 the tree (no GPU here). The whole unit, with real containerd and the stand-in vector-add, runs in
@@ -16,10 +16,10 @@ import yaml
 sys.path.insert(0, os.path.dirname(__file__))
 import node_trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_firstboot  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_rules  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot_status as fs  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import firstboot as doctor_firstboot  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot_status as fs  # noqa: E402
 
 TURING = "0x1eb8"   # T4
 PASCAL = "0x15f8"   # P100
@@ -229,12 +229,15 @@ def test_the_bake_installs_every_module_the_first_boot_imports(tmp_path):
     for directory in bake["image_bake_package_dirs"]:
         os.makedirs(str(tmp_path / directory))
         (tmp_path / directory / "__init__.py").write_text(u"")
+    module_utils = tmp_path / "ansible_collections" / "gpunode" / "nvidia" / "plugins" / "module_utils"
     for name in bake["image_bake_firstboot_module_utils"]:
-        shutil.copy(os.path.join(repo, "plugins", "module_utils", name), str(tmp_path / directory / name))
+        shutil.copy(os.path.join(repo, "plugins", "module_utils", name), str(module_utils / name))
+    # The module files imported (not the packages), as paths relative to module_utils.
     script = ("import json, sys; sys.path.insert(0, %r)\n"
-              "from ansible_collections.gpunode.nvidia.plugins.module_utils import firstboot\n"
-              "print(json.dumps(sorted(m.rpartition('.')[2] + '.py' for m in sys.modules\n"
-              "                        if m.startswith(firstboot.__package__ + '.'))))" % str(tmp_path))
+              "from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot\n"
+              "top = 'ansible_collections.gpunode.nvidia.plugins.module_utils.'\n"
+              "print(json.dumps(sorted(n[len(top):].replace('.', '/') + '.py' for n, m in sys.modules.items()\n"
+              "                        if n.startswith(top) and not hasattr(m, '__path__'))))" % str(tmp_path))
     # -S: no site-packages, as on a node (standard library only); the collection is importable only from tmp_path.
     proc = subprocess.run([sys.executable, "-S", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, cwd=str(tmp_path), check=False)

@@ -1,4 +1,4 @@
-"""Stopping and restarting GPU clients, and the never-forced unload of the NVIDIA modules (module_utils/gpu_clients.py).
+"""Stopping and restarting GPU clients, and the never-forced unload of the NVIDIA modules (module_utils/services/gpu_clients.py).
 
 systemctl and rmmod are a recording runner; /sys/module is a prepared tree (`refcnt`, `holders/`) as the kernel
 shows it.
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import gpu_clients as gc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services import gpu_clients as gc
 
 
 class Store(object):

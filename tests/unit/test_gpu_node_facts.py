@@ -15,8 +15,12 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import node_trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import discovery, node_reader, nvidia_facts  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.module_utils import runtime_instances  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import discovery  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import nvidia_facts  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_instances  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.modules import gpu_node_facts  # noqa: E402
 
 

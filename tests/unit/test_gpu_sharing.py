@@ -1,5 +1,5 @@
 """Node preflight for the device plugin's time-slicing and MPS sharing (a fake /proc and /run tree)."""
-from ansible_collections.gpunode.nvidia.plugins.module_utils import gpu_sharing
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import gpu_sharing
 
 
 def gpu(index=0, compute="Default", mig="Disabled", pending=None):

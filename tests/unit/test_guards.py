@@ -1,10 +1,10 @@
-"""Guards before change (module_utils/guards.py): toolkit CVE minimum, kernel hold/release, Ubuntu transitional
+"""Guards before change (module_utils/install/guards.py): toolkit CVE minimum, kernel hold/release, Ubuntu transitional
 packages. The package tools' outputs are recorded in their formats (apt-cache policy/depends/show, dnf list):
 Ubuntu's archive and RHEL's repositories cannot be reached here."""
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import guards
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import guards
 
 # --- toolkit ------------------------------------------------------------------------------------------
 

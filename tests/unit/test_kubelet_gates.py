@@ -1,4 +1,4 @@
-"""Kubelet feature gates in each distribution's own place (module_utils.kubelet_gates, module kubelet_feature_gates).
+"""Kubelet feature gates in each distribution's own place (module_utils.partitioning.kubelet_gates, module kubelet_feature_gates).
 
 Property tests generate kubelet configs in many shapes (comments, key order, gates set already, indentation, CRLF,
 no final newline): the edit only inserts lines or changes the one gate's value, a real YAML parser (PyYAML, on the
@@ -17,7 +17,7 @@ from ansible.module_utils.testing import patch_module_args
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import kubelet_gates as kg
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import kubelet_gates as kg
 from ansible_collections.gpunode.nvidia.plugins.modules import kubelet_feature_gates
 
 sys.path.insert(0, os.path.dirname(__file__))

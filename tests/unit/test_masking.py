@@ -1,11 +1,11 @@
-"""module_utils.masking: one mechanism for every output path."""
+"""module_utils.editors.masking: one mechanism for every output path."""
 import json
 import textwrap
 
 import pytest
 import tomlkit
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import (
     MASK,
     is_secret_key,
     mask_data,

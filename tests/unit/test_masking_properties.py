@@ -1,4 +1,4 @@
-"""Property-based tests of module_utils.masking on whole JSON and TOML documents.
+"""Property-based tests of module_utils.editors.masking on whole JSON and TOML documents.
 
 For any document where a sentinel sits under credential keys (any case, escaped or not, any value
 type), the masked text holds no sentinel, still parses, and every value whose key path names no
@@ -11,7 +11,7 @@ import tomlkit
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.masking import MASK, is_secret_path, mask_text
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import MASK, is_secret_path, mask_text
 
 S = "S3NTINEL-prop"
 secret_keys = st.sampled_from(["password", "Password", "AUTH", "identitytoken", "registry_token", "client-secret",

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import mig_layout
+from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STANDINS = os.path.join(REPO, "tests", "testbed", "stand-ins")

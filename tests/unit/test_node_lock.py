@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import acquire, release, run_holding
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import acquire, release, run_holding
 
 
 class FakeClock:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import node_lock
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node_lock import LOCK_OPTIONS, acquire
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import node_lock
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, acquire
 
 DEFAULT_STALE_AFTER = LOCK_OPTIONS["stale_after"]["default"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,7 +95,7 @@ def test_ssh_connection_is_alive_while_a_task_runs_local_while_the_play_runs(pro
 
 
 PROBE = ("import json, sys; sys.path.insert(0, %r); "
-         "from ansible_collections.gpunode.nvidia.plugins.module_utils import node_lock; "
+         "from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import node_lock; "
          "print(json.dumps(node_lock.connection()))" % COLLECTIONS)
 
 
@@ -192,7 +192,7 @@ def test_start_keeper_lets_the_call_end_at_once(tmp_path, real_keeper):
     """The calling module's output pipe is released: the controller does not wait for the keeper."""
     lock = tmp_path / "lock"
     script = ("import sys, time; sys.path.insert(0, %r); "
-              "from ansible_collections.gpunode.nvidia.plugins.module_utils import node_lock as n; "
+              "from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import node_lock as n; "
               "n.connection = lambda pid=None: {'pid': %d, 'start': n._stat_fields(%d)[2], 'kind': 'local'}; "
               "n.acquire(%r, 'me', 0, 90); n.start_keeper(%r, 'me'); print('done')"
               % (COLLECTIONS, os.getpid(), os.getpid(), str(lock), str(lock)))

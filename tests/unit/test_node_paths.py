@@ -7,7 +7,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from node_trees import NodeTree  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import node_paths, node_reader  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_paths  # noqa: E402
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader  # noqa: E402
 
 
 def test_resolve_in_root_follows_links_as_the_node_would(tmp_path):

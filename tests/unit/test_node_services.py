@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import gpu_health_trees as trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import node_services  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.services import node_services  # noqa: E402
 
 
 class FakeSystemd(object):

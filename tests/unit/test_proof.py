@@ -1,7 +1,7 @@
-"""The node's recorded GPU proof (module_utils.proof): when a run that changed nothing may report it."""
+"""The node's recorded GPU proof (module_utils.workload.proof): when a run that changed nothing may report it."""
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import proof
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import proof
 
 
 def key(**changes):

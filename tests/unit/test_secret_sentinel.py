@@ -22,7 +22,11 @@ from ansible.module_utils import _internal
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import crio_config, docker_config, filewrite
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
 from ansible_collections.gpunode.nvidia.plugins.modules import crio_runtime, docker_runtime
 
 S = "S3NTINEL-7d1e5a"

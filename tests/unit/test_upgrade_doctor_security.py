@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gpu_health_trees as trees  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import doctor_rules  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
 
 RULES = ("driver-below-security-minimum", "toolkit-below-security-minimum")
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils import guards
-from ansible_collections.gpunode.nvidia.plugins.module_utils import security_minimums as sm
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import guards
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 
 
 @pytest.mark.parametrize("version, minimum, bulletins", [

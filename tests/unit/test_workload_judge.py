@@ -1,6 +1,6 @@
 """workload.judge_run: the one judgment of a vector-add run, shared by gpu_workload_check and the
 first boot of baked images."""
-from ansible_collections.gpunode.nvidia.plugins.module_utils import workload as wl
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
 
 CONTEXT = {"node": "n1", "socket": "/run/containerd/containerd.sock", "engine": "containerd",
            "runtime_handler": "nvidia", "image": "img", "timeout": 10, "binary": None, "config_path": None,
