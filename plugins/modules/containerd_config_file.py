@@ -137,14 +137,14 @@ options:
         that follow; give it back later with O(gpunode.nvidia.node_lock#module:state=released).
     type: bool
     default: false
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details: O(op=read) and O(op=check) change nothing and run in check mode; O(op=write) and O(op=remove)
       report and skip.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: The calling action plugin builds the diff, with credentials masked.
 """

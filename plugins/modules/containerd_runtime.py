@@ -133,16 +133,15 @@ options:
     type: dict
 extends_documentation_fragment:
   - gpunode.nvidia.node_lock
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Credential values are masked.
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
 requirements:
   - tomlkit (controller)

@@ -40,13 +40,13 @@ options:
       - When the time runs out the task fails with the last error or the runtime's conditions.
     type: int
     default: 0
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
   - This is the honest answer to "will a pod with runtime class C(nvidia) start here?". A config file

@@ -81,12 +81,11 @@ options:
     default: false
 extends_documentation_fragment:
   - gpunode.nvidia.node_lock
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
 seealso:
   - module: gpunode.nvidia.docker_runtime

@@ -94,13 +94,13 @@ options:
     default: /
 extends_documentation_fragment:
   - gpunode.nvidia.node_lock
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
-    details: The candidate is still validated (in a private temporary directory, never beside O(path), removed afterwards).
+    details: The candidate is still validated (in a private temporary directory, never beside O(path), removed
+      afterwards).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Credentials (keys such as C(auth), C(password), C(token), also written with JSON escapes,
       whatever the value's type) are masked, as in every message and returned value.

@@ -19,6 +19,9 @@ description:
     C(schema_version) 1).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 options:
   hosts:
     description: Inventory names of the hosts that were diagnosed.
@@ -42,6 +45,16 @@ options:
     description: Width of the console summary.
     type: int
     default: 100
+attributes:
+  check_mode:
+    support: full
+    details: Builds the same report in check mode and writes the JSON and HTML files on the controller (the report of
+      a dry run), never anything on a node; the task never reports a change.
+  diff_mode:
+    support: none
+  action:
+    support: full
+    details: Runs on the controller.
 notes:
   - Writes it as JSON (O(json_path)) and as one self-contained HTML file (O(html_path); inline CSS and JS, no
     network) with a nodes x rules matrix coloured by severity and a details panel per finding.

@@ -54,13 +54,13 @@ options:
     description: Where sysfs is mounted (another directory holds a prepared tree in tests).
     type: path
     default: /sys
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reads unit states and /sys/module; RV(would) lists the systemctl and rmmod commands a real run would run.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 seealso:
   - module: gpunode.nvidia.gpu_node_maintenance

@@ -39,6 +39,8 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.kubernetes
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 options:
   namespace:
     description: Namespace of the verification pods.
@@ -103,14 +105,11 @@ options:
     type: path
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details: Reads the RuntimeClass and reports whether it would be created; runs no pod and writes no report.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: Runs on the controller; use C(run_once) in a play over the GPU nodes.
 seealso:

@@ -19,6 +19,8 @@ description:
     and the playbook to run; for clusters whose toolkit is managed by NVIDIA's GPU operator, the Helm values too).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 options:
   root:
     description:
@@ -46,6 +48,12 @@ options:
     description: Seconds to wait for each CRI call.
     type: float
     default: 5.0
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
 notes:
   - "What a containerd runs is read from three sources, each named in RV(sources): its files (the config and every
     import, merged the way containerd 1.x and 2.x merge them; always, for file and line), C(containerd --config FILE

@@ -19,6 +19,9 @@ description:
     registered);"
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 options:
   kubeconfig:
     description: Path of the kubeconfig on the controller.
@@ -48,6 +51,15 @@ options:
     description: Seconds allowed for each API request.
     type: int
     default: 20
+attributes:
+  check_mode:
+    support: full
+    details: Reads the API only; runs the same in check mode.
+  diff_mode:
+    support: none
+  action:
+    support: full
+    details: Runs on the controller.
 notes:
   - "C(cluster-gpu-node-not-ready): a GPU node is NotReady (incident I3);"
   - "C(cluster-runtimeclass-missing): no RuntimeClass C(nvidia), or one with another handler;"

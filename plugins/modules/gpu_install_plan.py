@@ -19,6 +19,8 @@ description:
     verdict, the nouveau blacklist and whether a reboot is still needed.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 options:
   stage:
     description: Which installation to plan.
@@ -172,6 +174,12 @@ options:
   mok_enrolled:
     description: Whether the DKMS signing key is enrolled, instead of asking C(mokutil --test-key).
     type: bool
+attributes:
+  check_mode:
+    support: full
+    details: Plans only (reads the node and the package manager's metadata); runs the same in check mode.
+  diff_mode:
+    support: none
 notes:
   - "Driver actions: C(skip) (no NVIDIA GPU in sysfs and I(install_without_gpu) is false), C(keep) (a driver is
     loaded, installed as packages or present as module files: it is left alone, incident I6 of the field guide),

@@ -53,13 +53,13 @@ options:
     type: str
     choices: [mixed, single]
     default: mixed
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only C(nvidia-smi) queries and C(nvidia-mig-parted assert) run.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is mig-parted's config file at O(config_path), the record of the applied layout.
 """

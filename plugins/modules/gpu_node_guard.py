@@ -18,6 +18,8 @@ description:
     the pinned one, else apt's candidate (C(apt-cache policy)) for an install, else the installed one.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 options:
   check:
     description: Which guard to run.
@@ -75,6 +77,13 @@ options:
     type: list
     elements: str
     default: []
+attributes:
+  check_mode:
+    support: full
+    details: Decides as a real run would and reports the kernel hold or release it would make; holds, releases and
+      DKMS builds are not run.
+  diff_mode:
+    support: none
 notes:
   - O(check=kernel) holds the kernel (O(kernel_hold=hold)), with C(apt-mark hold) of the installed kernel
     metapackages or C(dnf versionlock add) of the kernel packages, so the NVIDIA module keeps matching it; or

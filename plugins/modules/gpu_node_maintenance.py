@@ -48,6 +48,8 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.kubernetes
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 options:
   node:
     description: The Kubernetes node name.
@@ -93,14 +95,11 @@ options:
     type: dict
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reads only; RV(would) says what the step would do (which pods, which budget would make it wait).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: Runs on the controller; delegate to localhost or use it in a play over localhost.
 seealso:

@@ -16,6 +16,8 @@ description:
   - Enables (and, with O(start), starts) C(nvidia-persistenced.service).
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 options:
   root:
     description:
@@ -46,6 +48,13 @@ options:
       - V(false) fails the task with the same packages named.
     type: bool
     default: false
+attributes:
+  check_mode:
+    support: full
+    details: Reports which units would be enabled or started and whether the CDI spec would be regenerated; runs no
+      systemctl change and writes no spec.
+  diff_mode:
+    support: none
 notes:
   - On NVSwitch systems (NVIDIA PCI functions of class C(0x0680) in sysfs) checks that fabric manager is installed
     at exactly the loaded driver's version, and that NVLSM is installed where the NVSwitch generation needs it

@@ -19,6 +19,15 @@ description:
   - Runs on the controller with a kubeconfig and the official C(kubernetes) Python client.
   - O(step=detect_operator) reads the node's labels and returns whether NVIDIA's GPU operator manages it
     (C(nvidia.com/gpu.deploy.*) or C(nvidia.com/mig.config.state) labels).
+attributes:
+  check_mode:
+    support: full
+    details: Reads the Node and the ConfigMap and reports what it would write; writes nothing.
+  diff_mode:
+    support: none
+  action:
+    support: full
+    details: Runs on the controller.
 notes:
   - O(step=mig_config) sets the node label C(nvidia.com/mig.config) to O(mig_config) and waits until the GPU
     operator's MIG manager reports C(nvidia.com/mig.config.state=success) (C(failed), or O(timeout), fails the
@@ -34,6 +43,8 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.kubernetes
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 options:
   node:
     description: The Kubernetes Node name of this GPU node.

@@ -36,6 +36,8 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.kubernetes
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 options:
   node:
     description: The Kubernetes Node name.
@@ -82,14 +84,11 @@ options:
     default: 3600
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Decides on what the cluster holds now, returns whether the slot would be granted, writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: Runs on the controller.
 seealso:

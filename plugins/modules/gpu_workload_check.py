@@ -91,15 +91,15 @@ options:
         RV(proof_reason) says why; run the module again without O(recall) for a fresh proof.
     type: bool
     default: false
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details:
       - Asks the runtime whether it has the handler and the image, and reports what it would pull or import;
         runs no workload and changes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the image that is pulled or imported.
 notes:

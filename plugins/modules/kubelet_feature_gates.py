@@ -60,12 +60,12 @@ options:
     description: Where the node is read and written; anything other than C(/) is for tests with a node tree.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
 """
 

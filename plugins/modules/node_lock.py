@@ -64,13 +64,13 @@ options:
         alone, which SSH closes after ControlPersist (60 s by default) without tasks.
     type: int
     default: 90
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The lock is taken in check mode too, so a check run does not read a half-applied change.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

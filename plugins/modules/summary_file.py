@@ -31,16 +31,16 @@ options:
     description: The file to write on the controller; a relative path is relative to the working directory.
     type: path
     required: true
+extends_documentation_fragment:
+  - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.action
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The file is written in check mode too (a local report, not a change to any node).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
 """
 
