@@ -16,8 +16,9 @@ description:
   - With O(state=stopped), stops the active GPU client services (by default those installed among
     C(nvidia-dcgm-exporter), C(nvidia-dcgm), C(dcgm), C(nvidia-imex), C(nvidia-mps), C(nvidia-fabricmanager),
     C(nv-fabricmanager) and C(nvidia-persistenced), in that order) and records which were active in O(state_file)
-    before stopping them. With O(state=started), starts exactly the recorded ones (the persistence daemon first)
-    and removes the record. A run killed in between keeps the record, so the next O(state=started) still
+    before stopping them. With O(state=started), loads again the kernel modules the stop unloaded (C(modprobe),
+    each before its users), starts exactly the recorded units (the persistence daemon first) and removes the
+    record. A run killed in between keeps the record, so the next O(state=started) still
     restarts them.
 notes:
   - With O(unload_modules), unloads C(nvidia_drm), C(nvidia_modeset), C(nvidia_uvm), C(nvidia_peermem) and
@@ -25,7 +26,10 @@ notes:
     C(holders/) under O(sysfs_root)C(/module); when any module is held by a module outside that set or by open
     handles (a CUDA process, a container holding C(/dev/nvidia*)), nothing is unloaded and
     RV(reboot_required=true) comes back with the evidence and the processes holding C(/dev/nvidia*). The caller
-    decides to reboot; this module never reboots.
+    decides to reboot; this module never reboots. The modules to unload are recorded in O(state_file) before the
+    first C(rmmod), so O(state=started) loads the driver installed meanwhile even after a run killed half-way;
+    a module that does not load (for example an unsigned one under Secure Boot) fails the task with
+    C(modprobe)'s error and keeps the record.
   - Used by role C(gpunode.nvidia.gpu_maintenance) between evicting a node's GPU pods and changing its driver or
     partitioning.
 author:
@@ -122,6 +126,17 @@ modules:
   description: The loaded NVIDIA modules with their C(refcnt) and C(holders) as read before unloading.
   returned: unload_modules is true
   type: dict
+loaded:
+  description: The kernel modules loaded again with C(modprobe), in order.
+  returned: state is started
+  type: list
+  elements: str
+  sample: [nvidia, nvidia_uvm, nvidia_modeset, nvidia_drm]
+would_load:
+  description: The kernel modules a real run would load (check mode).
+  returned: state is started
+  type: list
+  elements: str
 would:
   description: The commands a real run would run (check mode).
   returned: always

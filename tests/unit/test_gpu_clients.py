@@ -40,6 +40,10 @@ class Systemd(object):
         self.calls.append(" ".join(argv))
         if argv[0] == "rmmod":
             return 0, "", ""
+        if argv[0] == "modprobe":
+            if argv[1] in self.failing:
+                return 1, "", "modprobe: ERROR: could not insert '%s': Key was rejected by service" % argv[1]
+            return 0, "", ""
         verb, unit = argv[1], argv[2]
         if verb == "is-active":
             return (0, "active", "") if unit in self.active else (3, "inactive", "")
@@ -123,6 +127,48 @@ def test_unload_in_dependency_order(tmp_path):
     result = gc.unload_modules(systemd, sysfs(tmp_path, LOADED), False)
     assert result["reboot_required"] is False
     assert systemd.calls == ["rmmod nvidia_drm", "rmmod nvidia_modeset", "rmmod nvidia_uvm", "rmmod nvidia"]
+
+
+def test_started_loads_the_unloaded_modules_again_before_the_services_that_need_them(tmp_path):
+    root = units(tmp_path, "nvidia-persistenced")
+    systemd = Systemd({"nvidia-persistenced.service"})
+    store = Store()
+    stopped = gc.manage(root, systemd, False, "stopped", None, store, True, sysfs(tmp_path, LOADED))
+    assert stopped["unloaded"] == ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
+    assert json.loads(store.text) == {"stopped": ["nvidia-persistenced"],
+                                      "unloaded": ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]}
+    would = gc.manage(root, systemd, True, "started", None, store, False, "/x")
+    assert would["would"] == ["modprobe nvidia", "modprobe nvidia_uvm", "modprobe nvidia_modeset",
+                              "modprobe nvidia_drm", "systemctl start nvidia-persistenced.service"]
+    assert would["loaded"] == [] and store.text is not None
+    del systemd.calls[:]
+    started = gc.manage(root, systemd, False, "started", None, store, False, "/x")
+    assert [c for c in systemd.calls if "is-active" not in c] == [
+        "modprobe nvidia", "modprobe nvidia_uvm", "modprobe nvidia_modeset", "modprobe nvidia_drm",
+        "systemctl start nvidia-persistenced.service"]
+    assert started["msg"] == "loaded nvidia, nvidia_uvm, nvidia_modeset, nvidia_drm; started nvidia-persistenced"
+    assert store.text is None
+
+
+def test_a_rerun_after_a_kill_mid_unload_still_loads_what_the_first_run_unloaded(tmp_path):
+    store = Store()
+    gc.record_unload(store, ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"])  # killed after this
+    again = gc.manage(units(tmp_path), Systemd(()), False, "stopped", None, store, True, sysfs(tmp_path, {}))
+    assert again["unloaded"] == [] and again["changed"] is False
+    assert json.loads(store.text)["unloaded"] == ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
+
+
+def test_a_module_that_does_not_load_keeps_the_record_and_starts_nothing(tmp_path):
+    root = units(tmp_path, "nvidia-persistenced")
+    systemd = Systemd((), failing={"nvidia"})
+    store = Store(json.dumps({"stopped": ["nvidia-persistenced"], "unloaded": ["nvidia_uvm", "nvidia"]}))
+    with pytest.raises(gc.ClientsError) as exc:
+        gc.manage(root, systemd, False, "started", None, store, False, "/x")
+    assert str(exc.value).startswith(
+        "could not load nvidia: modprobe nvidia exited with status 1: modprobe: ERROR: could not insert 'nvidia': "
+        "Key was rejected by service. The driver installed since the modules were unloaded does not load")
+    assert "the record in /run/gpunode/gpu-clients.json is kept" in str(exc.value)
+    assert systemd.active == set() and json.loads(store.text)["unloaded"] == ["nvidia_uvm", "nvidia"]
 
 
 def test_a_foreign_holder_or_open_handles_unload_nothing_and_require_a_reboot(tmp_path):

@@ -9,7 +9,9 @@ Stopping records the units that were active in a state file (default /run/gpunod
 reboot as the stopped state is) before it stops them, so `started` restarts exactly those, also after a run
 killed half-way. Unloading is planned from /sys/module first (`refcnt` and `holders/` of each module) and done
 only when every module can go: a module held by a module outside the NVIDIA set, or by open handles, leaves
-everything loaded and returns reboot_required with the evidence. The caller decides to reboot.
+everything loaded and returns reboot_required with the evidence. The caller decides to reboot. The modules
+unloaded are recorded too, and `started` loads them again (modprobe, the driver installed meanwhile) before
+it starts the services that need them.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -51,24 +53,32 @@ def present_units(root, wanted=None):
     return [name for name in GPU_CLIENT_UNITS if unit_path(root, unit_name(name))]
 
 
-def recorded(text):
-    """The units a previous stop recorded, from the state file's text (None: no file)."""
+def recorded(text, key="stopped"):
+    """What a previous stop recorded under KEY (units stopped, modules unloaded), from the state file's text."""
     if not text:
         return []
     try:
-        return [str(name) for name in json.loads(text).get("stopped", [])]
+        return [str(name) for name in json.loads(text).get(key, [])]
     except (ValueError, AttributeError):
         return []
+
+
+def save_record(store, stopped, unloaded):
+    record = {"stopped": stopped}
+    if unloaded:
+        record["unloaded"] = unloaded
+    store.write(json.dumps(record, indent=2) + "\n")
 
 
 def stop_clients(services, root, wanted, store):
     """Stop the active units among WANTED (present ones by default); record them first. A result dict."""
     units = present_units(root, wanted)
     active = [name for name in units if services.state(unit_name(name), "is-active")[0]]
-    already = recorded(store.read())
+    text = store.read()
+    already = recorded(text)
     record = already + [name for name in active if name not in already]
     if active and not services.check_mode:
-        store.write(json.dumps({"stopped": record}, indent=2) + "\n")
+        save_record(store, record, recorded(text, "unloaded"))
     failures = []
     for name in active:
         ok, why = services.change("stop", unit_name(name))
@@ -80,9 +90,11 @@ def stop_clients(services, root, wanted, store):
     return {"changed": bool(active), "stopped": active, "recorded": record}
 
 
-def start_clients(services, store):
-    """Start what the last stop recorded, persistence daemon first; then forget the record."""
-    record = recorded(store.read())
+def start_clients(services, runner, store):
+    """Load the modules and start the units the last stop recorded, persistence daemon first; then forget it."""
+    text = store.read()
+    record, modules = recorded(text), recorded(text, "unloaded")
+    loads = load_modules(runner, modules, services.check_mode, store.path)
     order = [name for name in reversed(GPU_CLIENT_UNITS) if name in record]
     order += [name for name in record if name not in order]
     failures, started = [], []
@@ -97,9 +109,35 @@ def start_clients(services, store):
     if failures:
         raise ClientsError("could not start %s; the record in %s is kept: fix the unit (journalctl -u UNIT) and run "
                            "again" % ("; ".join(failures), store.path))
-    if record and not services.check_mode:
+    if (record or modules) and not services.check_mode:
         store.remove()
-    return {"changed": bool(record), "started": started, "recorded": record}
+    loaded, would_load = ([], loads) if services.check_mode else (loads, [])
+    return {"changed": bool(record or modules), "started": started, "recorded": record, "loaded": loaded,
+            "would_load": would_load}
+
+
+def record_unload(store, modules):
+    """Record the modules about to be unloaded (before rmmod: a run killed half-way still loads them again)."""
+    text = store.read()
+    already = recorded(text, "unloaded")
+    save_record(store, recorded(text), already + [name for name in modules if name not in already])
+
+
+def load_modules(runner, modules, check_mode, record_path):
+    """modprobe the recorded modules, each before its users (the reverse of the unload order): their names."""
+    order = [name for name in reversed(MODULE_ORDER) if name in modules]
+    if check_mode:
+        return order
+    for name in order:
+        rc, out, err = runner(["modprobe", name])
+        if rc != 0:
+            raise ClientsError(
+                "could not load %s: modprobe %s exited with status %d: %s. The driver installed since the modules "
+                "were unloaded does not load on the running kernel (for a DKMS module: dkms status, and under "
+                "Secure Boot a module signed by an enrolled key); the record in %s is kept, so state=started "
+                "loads it again once that is fixed, or reboot the node." % (
+                    name, name, rc, (err or out).strip() or "no output", record_path))
+    return order
 
 
 # --- kernel modules -------------------------------------------------------------------------------------------
@@ -173,8 +211,10 @@ def _command(proc_root, pid):
         return "?"
 
 
-def unload_modules(runner, sysfs_root, check_mode, proc_root="/proc"):
-    """Unload the NVIDIA modules in dependency order, or none of them; a result dict with reboot_required."""
+def unload_modules(runner, sysfs_root, check_mode, proc_root="/proc", before_unload=None):
+    """Unload the NVIDIA modules in dependency order, or none of them; a result dict with reboot_required.
+
+    before_unload(order) is called once the unload is decided, before the first rmmod."""
     modules = loaded_modules(sysfs_root)
     order, blockers = unload_plan(modules)
     result = {"unloaded": [], "would_unload": [], "reboot_required": False, "evidence": [], "modules": modules}
@@ -184,6 +224,8 @@ def unload_modules(runner, sysfs_root, check_mode, proc_root="/proc"):
             blockers.append("processes with /dev/nvidia* open: %s" % ", ".join(processes))
         result.update(reboot_required=True, evidence=blockers)
         return result
+    if order and before_unload and not check_mode:
+        before_unload(order)
     for name in order:
         if check_mode:
             result["would_unload"].append(name)
@@ -200,18 +242,21 @@ def manage(root, runner, check_mode, state, wanted, store, unload, sysfs_root):
     """The module's work: a result dict (changed, msg, stopped/started, unloaded, reboot_required, would)."""
     services = Services(runner, check_mode)
     if state == "started":
-        result = start_clients(services, store)
+        result = start_clients(services, runner, store)
         result["msg"] = ("started %s" % ", ".join(result["started"]) if result["started"]
                          else "no GPU client to start" if not result["recorded"] else "GPU clients already running")
+        if result["loaded"]:
+            result["msg"] = "loaded %s; %s" % (", ".join(result["loaded"]), result["msg"])
     else:
         result = stop_clients(services, root, wanted, store)
         result["msg"] = "stopped %s" % ", ".join(result["stopped"]) if result["stopped"] else "no GPU client running"
         if unload:
-            modules = unload_modules(runner, sysfs_root, check_mode)
+            modules = unload_modules(runner, sysfs_root, check_mode, before_unload=lambda order: record_unload(store, order))
             result.update(modules)
             result["changed"] = result["changed"] or bool(modules["unloaded"] or modules["would_unload"])
             result["msg"] += "; " + unload_summary(modules)
-    result["would"] = services.actions + ["rmmod %s" % m for m in result.get("would_unload", [])] if check_mode else []
+    result["would"] = (["modprobe %s" % m for m in result.get("would_load", [])] + services.actions
+                       + ["rmmod %s" % m for m in result.get("would_unload", [])]) if check_mode else []
     if check_mode:
         result["msg"] = "check mode: would %s" % ("; ".join(result["would"]) or "change nothing")
         if result.get("reboot_required"):
