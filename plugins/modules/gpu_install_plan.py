@@ -118,6 +118,10 @@ options:
       - Toolkit version (C(1.17.8-1) or C(1.17.8)) applied to C(nvidia-container-toolkit),
         C(nvidia-container-toolkit-base), C(libnvidia-container-tools) and C(libnvidia-container1) together.
         Empty installs the newest when missing and leaves an installed toolkit alone.
+      - Driver - the exact upstream version (C(535.309.01)) every driver package is installed at; its branch is
+        O(branch) (which may be empty, and must match). A node at another version of the same branch is
+        changed when O(allow_upgrade) is true. Empty - the newest of the branch, and an installed driver of
+        that branch is left alone.
     type: str
     default: ""
   gpgcheck:
@@ -374,7 +378,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.install.driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_os import PlanError
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install.toolkit_plan import plan_toolkit
 
-DRIVER_KEYS = ("branch", "default_branch", "flavour", "install_without_gpu", "allow_upgrade", "source", "packages",
+DRIVER_KEYS = ("branch", "version", "default_branch", "flavour", "install_without_gpu", "allow_upgrade", "source", "packages",
                "ubuntu_modules", "debian_mirror", "debian_suites", "debian_signed_by", "repo_base", "repo_url",
                "repo_key_url", "offline_dir", "kernel_headers", "secure_boot_check", "secure_boot_strategy",
                "signing_key_given", "signing_certificate")

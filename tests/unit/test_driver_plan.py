@@ -555,3 +555,54 @@ def test_an_ubuntu_branch_apt_does_not_carry_is_refused_at_plan_time(tree):
     assert dp.plan_driver(Node(node.root, pkgnames), {"branch": "570"}, env)["branch"] == "570"
     # No package lists yet (a fresh image): nothing to judge.
     assert dp.plan_driver(Node(node.root, lambda argv: (0, "", "")), {"branch": "550"}, env)["branch"] == "550"
+
+
+# --- an exact version inside a branch (security updates) -------------------------------------------
+
+def test_a_version_inside_the_installed_branch_moves_the_driver_only_when_allowed(tree):
+    node = tree("rhel9").gpu().loaded_driver("535.261.03", open_modules=True)
+    kept = driver(node, branch="535", version="535.309.01")
+    assert kept["action"] == "keep" and kept["packages"] == []
+    assert kept["reason"] == ("driver 535.261.03 (loaded) is left alone: version 535.309.01 is asked for, 535.261.03 "
+                              "is on the node, but upgrades are not allowed (set nvidia_driver_allow_upgrade: true)")
+    moved = driver(node, version="535.309.01", allow_upgrade=True)  # the version names its branch
+    assert moved["action"] == "upgrade" and moved["branch"] == "535"
+    assert moved["packages"] == ["nvidia-driver-cuda-535.309.01*", "kmod-nvidia-open-dkms-535.309.01*"]
+    assert driver(node, version="535.261.03", allow_upgrade=True)["action"] == "keep"
+
+
+def test_debian_pins_every_package_at_the_asked_version_and_refuses_one_apt_lacks(tree):
+    node = tree("debian12").gpu()
+    node.write("/etc/apt/sources.list.d/nvidia-driver-debian.sources",
+               "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+               "Components: contrib non-free non-free-firmware\n"
+               "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    live = Node(node.root, apt_stub)
+    env = {"running_kernel": "6.1.0-28-amd64", "arch": "x86_64"}
+    older = dp.plan_driver(live, {"flavour": "proprietary", "version": "535.261.03"}, env)
+    assert older["driver_version"] == "535.261.03" and older["branch"] == "535"
+    assert older["packages"][0] == "nvidia-kernel-dkms=535.261.03-*"
+    with pytest.raises(node_os.PlanError) as refused:
+        dp.plan_driver(live, {"flavour": "proprietary", "version": "535.274.02"}, env)
+    assert str(refused.value).startswith(
+        "nvidia_driver_version is 535.274.02, but the configured repositories do not carry nvidia-kernel-dkms at "
+        "version 535.274.02 (apt-cache madison nvidia-kernel-dkms: 550.163.01-1, 535.309.01-0+deb12u1, 535.261.03-1).")
+
+
+@pytest.mark.parametrize("request_,message", [
+    ({"version": "535"}, "nvidia_driver_version is '535', which is not an NVIDIA driver version"),
+    ({"version": "latest"}, "nvidia_driver_version is 'latest', which is not an NVIDIA driver version"),
+    ({"version": "550.163.01", "branch": "535"}, "nvidia_driver_version 550.163.01 is not in nvidia_driver_branch 535"),
+])
+def test_a_version_that_is_no_version_or_outside_the_branch_is_refused(tree, request_, message):
+    with pytest.raises(node_os.PlanError, match=message):
+        driver(tree().gpu(), **request_)
+
+
+def test_ubuntu_prebuilt_module_packages_keep_their_kernel_versions(tree):
+    node = tree("ubuntu2204").gpu()
+    plan = driver(node, running="5.15.0-91-generic", version="550.163.01")
+    assert plan["branch"] == "550"
+    assert "nvidia-utils-550-server=550.163.01-*" in plan["packages"]
+    assert [p for p in plan["packages"] if p.startswith("linux-modules-nvidia-")] == [
+        "linux-modules-nvidia-550-server-open-generic", "linux-modules-nvidia-550-server-open-5.15.0-91-generic"]

@@ -107,6 +107,25 @@ def installed_driver(node, driver_facts, kernel_facts):
     }
 
 
+def requested_branch(request, dist):
+    """The branch to install: nvidia_driver_branch, else the branch of nvidia_driver_version, else Ubuntu's
+    default branch (other distributions: the newest offered). A version outside the branch is refused."""
+    branch = request.get("branch") or None
+    version = request.get("version") or None
+    if version and not re.match(r"^\d{3,}\.\d+(\.\d+)?$", version):
+        raise PlanError("nvidia_driver_version is %r, which is not an NVIDIA driver version: give the upstream "
+                        "version the driver reports (for example 535.261.03), or leave it empty to install the newest "
+                        "of nvidia_driver_branch." % version)
+    if version and branch and branch_of(version) != branch:
+        raise PlanError("nvidia_driver_version %s is not in nvidia_driver_branch %s: set one of them to match the "
+                        "other (or leave nvidia_driver_branch empty: the version names its branch)." % (version, branch))
+    if version:
+        return branch_of(version)
+    if not branch and dist["family"] == "ubuntu":
+        return request.get("default_branch") or None
+    return branch
+
+
 def driver_action(request, gpus, installed, flavour):
     """(action, reason): skip, keep, install or upgrade."""
     branch = request.get("branch") or None
@@ -118,7 +137,10 @@ def driver_action(request, gpus, installed, flavour):
     what = "driver %s (%s)" % (installed["loaded_version"] or installed["package_version"] or "of unknown version",
                                "loaded" if installed["loaded"] else "installed, not loaded")
     changes = []
-    if branch and installed["branch"] and installed["branch"] != branch:
+    on_node = installed["loaded_version"] or installed["package_version"]
+    if request.get("version") and on_node and on_node != request["version"]:
+        changes.append("version %s is asked for, %s is on the node" % (request["version"], on_node))
+    elif branch and installed["branch"] and installed["branch"] != branch:
         changes.append("branch %s is asked for, %s is on the node" % (branch, installed["branch"]))
     if (request.get("flavour") in ("open", "proprietary") and installed["loaded_flavour"]
             and installed["loaded_flavour"] != request.get("flavour")):
@@ -338,9 +360,7 @@ def plan_driver(node, request, env):
     gpus = facts["gpus"]
     kernel_facts = kernels(node, env["running_kernel"])
     installed = installed_driver(node, facts["driver"], kernel_facts)
-    branch = request.get("branch") or None
-    if not branch and dist["family"] == "ubuntu":
-        branch = request.get("default_branch") or None
+    branch = requested_branch(request, dist)
     flavour, flavour_reason = choose_flavour(request.get("flavour") or "auto", gpus, branch)
     request = dict(request, branch=branch)
     action, reason = driver_action(request, gpus, installed, flavour)
@@ -373,13 +393,17 @@ def plan_driver(node, request, env):
     if dist["family"] == "ubuntu" and source != "offline":
         check_ubuntu_branch(node, branch)
     version_glob = "%s.*" % branch if branch and pinned else None
+    if request.get("version"):
+        version_glob = request["version"] + ("-*" if dist["package_manager"] == "apt" else "*")
     repository = driver_repository(dist, request, node)
     if dist["family"] == "debian":
         plan["driver_version"] = debian_driver_version(node, request, flavour, branch,
                                                        judge_branch=source_in_place(node, repository))
         if plan["driver_version"]:
             version_glob = plan["driver_version"] + "-*"
-    packages = [version_spec(dist["package_manager"], n, version_glob) for n in names]
+    # Ubuntu's prebuilt module packages are versioned by the kernel, not the driver: apt picks the one that matches.
+    packages = [n if n.startswith("linux-modules-nvidia-") else version_spec(dist["package_manager"], n, version_glob)
+                for n in names]
     if request.get("packages"):
         names = packages = list(request["packages"])
     if plan["driver_version"]:
@@ -448,10 +472,28 @@ def debian_driver_version(node, request, flavour, branch, judge_branch=True):
         versions = apt_candidates(node.run, module)
     else:
         return None
+    if request.get("version"):
+        if versions and request["version"] not in [upstream(v) for v in versions] and judge_branch:
+            raise PlanError(version_not_offered(request["version"], module, versions, request))
+        return request["version"]
     version = lockstep_version(versions, branch)
     if branch and versions and version is None and judge_branch:
         raise PlanError(branch_not_offered(branch, module, versions, request))
     return version
+
+
+def version_not_offered(version, package, versions, request):
+    """The refusal of an exact version the configured sources do not carry."""
+    offered = ", ".join(sorted(set(versions), key=version_key, reverse=True))
+    if request["source"] == "offline":
+        where = "offline directory %s has no package file for %s at version %s (it holds %s)" % (
+            request["offline_dir"], package, version, offered)
+    else:
+        where = "configured repositories do not carry %s at version %s (apt-cache madison %s: %s)" % (
+            package, version, package, offered)
+    return ("nvidia_driver_version is %s, but the %s. Set nvidia_driver_version to one of those (or empty: the "
+            "newest of the branch), or make the version available to apt (nvidia_driver_debian_mirror, "
+            "nvidia_driver_debian_suites, nvidia_driver_offline_dir)." % (version, where))
 
 
 def branch_not_offered(branch, package, versions, request):
