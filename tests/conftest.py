@@ -74,9 +74,14 @@ def _work_unit(item):
     return item.fspath.basename
 
 
+# Integration files that take several minutes each (the durations of a one-process run): they start first too.
+LONGEST = ("test_upgrade_nodes.py", "test_upgrade_rollout.py", "test_driver_install.py", "test_driver_integrity.py",
+           "test_bake_pipeline.py", "test_toolkit_install.py")
+
+
 # tryfirst: xdist's worker reads the marks in its own hook of the same name.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
-    items.sort(key=lambda item: not _work_unit(item).startswith("molecule-"))
+    items.sort(key=lambda item: not (_work_unit(item).startswith("molecule-") or _work_unit(item) in LONGEST))

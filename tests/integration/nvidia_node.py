@@ -97,9 +97,10 @@ class PlayResult(object):
 class NodeContainer(object):
     """One throw-away node: start(), serve_repo(), play(...), close()."""
 
-    def __init__(self, prefix="gpunode-nvtest", image=IMAGE):
+    def __init__(self, prefix="gpunode-nvtest", image=IMAGE, volumes=()):
         self.name = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
         self.image = image
+        self.volumes = list(volumes)  # "HOST:NODE[:OPTIONS]" bind mounts
         self.url = None
         self._workdir = tempfile.mkdtemp(prefix="gpunode-nvnode-")
 
@@ -109,6 +110,8 @@ class NodeContainer(object):
                 "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"]
         for cap in CAPABILITIES:
             argv += ["--cap-add", cap]
+        for volume in self.volumes:
+            argv += ["-v", volume]
         subprocess.run(argv + [self.image, "/sbin/init"], check=True, stdout=subprocess.PIPE, timeout=120)
         deadline = time.time() + timeout
         state = ""
