@@ -67,13 +67,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Parallel workers (pytest-xdist, `--dist loadgroup`, tests/run.sh): a test file is one unit of work
 # (its module fixtures start daemons once), except the Molecule file, whose scenarios are independent
-# units. The longest units go first so that none starts last.
+# units, and PER_TEST files, whose tests are. The longest units go first so that none starts last.
 def _work_unit(item):
     if item.fspath.basename == "test_scenarios.py":
         return "molecule-%s" % item.callspec.params["scenario"]
+    if item.fspath.basename in PER_TEST:  # no brackets: xdist reads a group name after the last "]"
+        return "%s::%s" % (item.fspath.basename, item.originalname)
     return item.fspath.basename
 
 
+# Files whose tests share no module fixture and take minutes each: every test is a unit of its own.
+PER_TEST = ("test_upgrade_rollout.py", "test_driver_install.py", "test_toolkit_install.py")
 # Integration files that take several minutes each (the durations of a one-process run): they start first too.
 LONGEST = ("test_upgrade_nodes.py", "test_upgrade_rollout.py", "test_driver_install.py", "test_driver_integrity.py",
            "test_bake_pipeline.py", "test_toolkit_install.py")
@@ -84,4 +88,4 @@ LONGEST = ("test_upgrade_nodes.py", "test_upgrade_rollout.py", "test_driver_inst
 def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
-    items.sort(key=lambda item: not (_work_unit(item).startswith("molecule-") or _work_unit(item) in LONGEST))
+    items.sort(key=lambda item: not (_work_unit(item).startswith("molecule-") or item.fspath.basename in LONGEST))
