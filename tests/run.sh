@@ -8,7 +8,7 @@
 #                         uncommitted and untracked files), unit tests
 #
 # Integration tests and Molecule scenarios mostly wait on daemons, systemd and apt, so they run in
-# TEST_WORKERS pytest-xdist workers (default 1: one process, see pytest_parallel); a unit of work is a test file (its module fixtures stay
+# TEST_WORKERS pytest-xdist workers (default 3; 1: one process, see pytest_parallel); a unit of work is a test file (its module fixtures stay
 # in one process) or one Molecule scenario (tests/conftest.py). The testbed scripts that fill shared
 # caches take a lock of their own, and each Molecule scenario has a docker network of its own.
 set -uo pipefail
@@ -44,13 +44,14 @@ result_line() {
     tail -n 1 | sed -E 's/^=+ | =+$//g'
 }
 
-# TEST_WORKERS=1 (the default) runs them in one process: several integration files share host-wide state
-# (the node lock in /run/lock, pod log directories) and are not yet safe side by side.
+# Three workers: each unit has its own daemons, node containers, Molecule network and ports; modules that run on
+# this machine take the node lock in /run/lock, so two of them wait for each other instead of clashing.
+# TEST_WORKERS=1 runs everything in one process, to tell a fault of parallelism apart.
 pytest_parallel() {
-  if [ "${TEST_WORKERS:-1}" -le 1 ]; then
+  if [ "${TEST_WORKERS:-3}" -le 1 ]; then
     "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@"
   else
-    "$python" -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --dist loadgroup --durations=25 "$@"
+    "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"
   fi
 }
 
