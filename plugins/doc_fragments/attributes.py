@@ -25,3 +25,14 @@ attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
 """
+
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; runs the same in check mode.
+  diff_mode:
+    support: N/A
+    details: Reads only; there is nothing to show a diff of.
+"""

@@ -42,12 +42,7 @@ options:
     default: 0
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
+  - gpunode.nvidia.attributes.read_only
 notes:
   - This is the honest answer to "will a pod with runtime class C(nvidia) start here?". A config file
     may say otherwise when the edit went to another file, to another containerd instance, or the daemon

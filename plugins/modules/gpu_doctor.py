@@ -21,6 +21,7 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.read_only
 options:
   root:
     description:
@@ -48,12 +49,6 @@ options:
     description: Seconds to wait for each CRI call.
     type: float
     default: 5.0
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
 notes:
   - "What a containerd runs is read from three sources, each named in RV(sources): its files (the config and every
     import, merged the way containerd 1.x and 2.x merge them; always, for file and line), C(containerd --config FILE

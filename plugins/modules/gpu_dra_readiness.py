@@ -15,12 +15,6 @@ version_added: "0.3.0"
 description:
   - Reads the node (the runtime kubelet uses, the kubelet, the loaded driver) and fails naming every missing
     prerequisite of the DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu). Changes nothing.
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
 notes:
   - CDI in the runtime kubelet uses. containerd 1.6 is refused (no CDI; its C(config dump) silently drops
     C(enable_cdi)), as are CRI-O before 1.27 and Docker. containerd 1.7 gets C(enable_cdi = true) from the
@@ -33,6 +27,7 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.read_only
 options:
   kubernetes_version:
     description: The kubelet's version; empty asks the node (C(kubelet --version), C(k3s|rke2 --version), the snap's

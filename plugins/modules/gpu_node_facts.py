@@ -18,6 +18,7 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.read_only
 options:
   root:
     description:
@@ -35,12 +36,6 @@ options:
     elements: str
     choices: [all, gpus, driver, toolkit, glibc, runtimes, kubelet, target]
     default: [all]
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
 notes:
   - Asks kubelet which container runtime it uses (its running command line, its flag files, its
     C(--config) file) and matches that endpoint against every runtime instance on the node, so that

@@ -16,12 +16,6 @@ description:
   - Reads the GPUs with C(nvidia-smi --query-gpu) (compute mode, MIG mode current and pending) and fails, naming
     each GPU and what to do, when the node cannot serve the strategy. Changes nothing.
   - Time-slicing needs compute mode Default on every GPU.
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
 notes:
   - MPS needs no GPU with MIG enabled (or pending), no compute mode Prohibited, no host MPS daemon
     (C(nvidia-cuda-mps-control)), and C(/run/nvidia/mps) free for the device plugin's daemon.
@@ -29,6 +23,7 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
+  - gpunode.nvidia.attributes.read_only
 options:
   strategy:
     description: The sharing the device plugin is configured for.

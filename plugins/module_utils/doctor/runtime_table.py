@@ -190,6 +190,13 @@ def missing_binary_fix(ctx, instance, missing, extra_vars=None):
     return site_fix(instance, summary, ctx.runtime_name, variables)
 
 
+def _missing_binary_evidence(ctx, instance, runtime, where):
+    """The config line that names the missing binary, and the instance."""
+    origin = runtime.get("origin") or {}
+    return [ctx.file_evidence(origin.get("path") or instance["config_path"], origin.get("line"),
+                              "BinaryName %s does not exist" % where)] + instance_evidence(instance)
+
+
 def check_default_binary(rule, ctx):
     found = []
     for instance in runtime_instances(ctx):
@@ -198,9 +205,7 @@ def check_default_binary(rule, ctx):
         if not problem:
             continue
         runtime, where = problem
-        origin = runtime.get("origin") or {}
-        evidence = [ctx.file_evidence(origin.get("path") or instance["config_path"], origin.get("line"),
-                                      "BinaryName %s does not exist" % where)] + instance_evidence(instance)
+        evidence = _missing_binary_evidence(ctx, instance, runtime, where)
         found.append(finding(rule, "%s: the default runtime \"%s\" runs %s, which does not exist: every pod on the node "
                              "fails, not only GPU pods." % (describe(instance), default, where), evidence,
                              missing_binary_fix(ctx, instance, where, {
@@ -219,9 +224,7 @@ def check_nvidia_binary(rule, ctx):
         if not problem:
             continue
         runtime, where = problem
-        origin = runtime.get("origin") or {}
-        evidence = [ctx.file_evidence(origin.get("path") or instance["config_path"], origin.get("line"),
-                                      "BinaryName %s does not exist" % where)] + instance_evidence(instance)
+        evidence = _missing_binary_evidence(ctx, instance, runtime, where)
         found.append(finding(rule, "%s: runtime \"%s\" runs %s, which does not exist: every GPU pod fails." % (
             describe(instance), name, where), evidence, missing_binary_fix(ctx, instance, where),
             severity=_sev(ctx, instance)))
