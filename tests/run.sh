@@ -51,7 +51,10 @@ pytest_parallel() {
   if [ "${TEST_WORKERS:-3}" -le 1 ]; then
     "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@"
   else
-    "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"
+    # --no-loadscope-reorder: keep the order tests/conftest.py gives (longest first); xdist would put the
+    # units with the most tests first, so the single-test Molecule scenarios and rollouts would start last.
+    "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
+      --durations=25 "$@"
   fi
 }
 
