@@ -78,9 +78,15 @@ def _work_unit(item):
 
 # Files whose tests share no module fixture and take minutes each: every test is a unit of its own.
 PER_TEST = ("test_upgrade_rollout.py", "test_driver_install.py", "test_toolkit_install.py")
-# Integration files that take several minutes each (the durations of a one-process run): they start first too.
-LONGEST = ("test_upgrade_nodes.py", "test_upgrade_rollout.py", "test_driver_install.py", "test_driver_integrity.py",
-           "test_bake_pipeline.py", "test_toolkit_install.py")
+# The units that take minutes, longest first (durations of a parallel run): they start first, in this order,
+# the Molecule scenarios ("molecule") where they stand; every other unit follows in collection order.
+LONGEST = ("test_upgrade_nodes.py", "test_bake_pipeline.py", "test_driver_integrity.py", "molecule",
+           "test_driver_install.py", "test_upgrade_rollout.py", "test_toolkit_install.py")
+
+
+def _start_rank(item):
+    name = "molecule" if _work_unit(item).startswith("molecule-") else item.fspath.basename
+    return LONGEST.index(name) if name in LONGEST else len(LONGEST)
 
 
 # tryfirst: xdist's worker reads the marks in its own hook of the same name.
@@ -88,4 +94,4 @@ LONGEST = ("test_upgrade_nodes.py", "test_upgrade_rollout.py", "test_driver_inst
 def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
-    items.sort(key=lambda item: not (_work_unit(item).startswith("molecule-") or item.fspath.basename in LONGEST))
+    items.sort(key=_start_rank)
