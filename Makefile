@@ -17,7 +17,7 @@ bootstrap:
 
 # All tests: Galaxy import, ansible-test sanity, the oldest ansible-core (2.16), then unit (no daemons),
 # integration (real containerd/dockerd) and Molecule (real systemd nodes), optionally in parallel workers
-# (TEST_WORKERS, default 3; 1: one process). One line per step; full logs in .cache/test-logs/ (tests/run.sh).
+# (TEST_WORKERS, default 1: one process; 3 is faster, not yet safe). One line per step; full logs in .cache/test-logs/ (tests/run.sh).
 test: bootstrap
 	tests/run.sh all
 

@@ -8,7 +8,7 @@
 #                         uncommitted and untracked files), unit tests
 #
 # Integration tests and Molecule scenarios mostly wait on daemons, systemd and apt, so they run in
-# TEST_WORKERS pytest-xdist workers (default 3; 1: one process, see pytest_parallel); a unit of work is a test file (its module fixtures stay
+# TEST_WORKERS pytest-xdist workers (default 1: one process, see pytest_parallel); a unit of work is a test file (its module fixtures stay
 # in one process) or one Molecule scenario (tests/conftest.py). The testbed scripts that fill shared
 # caches take a lock of their own, and each Molecule scenario has a docker network of its own.
 set -uo pipefail
@@ -44,16 +44,16 @@ result_line() {
     tail -n 1 | sed -E 's/^=+ | =+$//g'
 }
 
-# Three workers: each unit has its own daemons, node containers, Molecule network and ports; modules that run on
-# this machine take the node lock in /run/lock, so two of them wait for each other instead of clashing.
-# TEST_WORKERS=1 runs everything in one process, to tell a fault of parallelism apart.
+# One process by default: tests that discover this machine's runtimes (gpu_node_facts, gpu_doctor, the
+# containerd editor's path check) see the daemons and stand-in kubelets that other units start, so they are
+# not yet safe beside them. TEST_WORKERS=3 runs the units in three workers (50 min instead of 72 on 2 cores).
 pytest_parallel() {
-  if [ "${TEST_WORKERS:-3}" -le 1 ]; then
+  if [ "${TEST_WORKERS:-1}" -le 1 ]; then
     "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@"
   else
     # --no-loadscope-reorder: keep the order tests/conftest.py gives (longest first); xdist would put the
     # units with the most tests first, so the single-test Molecule scenarios and rollouts would start last.
-    "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
+    "$python" -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --dist loadgroup --no-loadscope-reorder \
       --durations=25 "$@"
   fi
 }
