@@ -91,7 +91,10 @@ def _start_rank(item):
 
 # tryfirst: xdist's worker reads the marks in its own hook of the same name.
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
-    items.sort(key=_start_rank)
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=_start_rank)
+    else:  # one process: the Molecule scenarios first, as ever
+        items.sort(key=lambda item: not _work_unit(item).startswith("molecule-"))
