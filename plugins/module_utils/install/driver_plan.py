@@ -134,10 +134,9 @@ def driver_action(request, gpus, installed, flavour):
                         "without a GPU set nvidia_driver_install_without_gpu: true")
     if not installed["present"]:
         return "install", "no NVIDIA driver installed"
-    what = "driver %s (%s)" % (installed["loaded_version"] or installed["package_version"] or "of unknown version",
-                               "loaded" if installed["loaded"] else "installed, not loaded")
-    changes = []
     on_node = installed["loaded_version"] or installed["package_version"]
+    what = "driver %s (%s)" % (on_node or "of unknown version", "loaded" if installed["loaded"] else "installed, not loaded")
+    changes = []
     if request.get("version") and on_node and on_node != request["version"]:
         changes.append("version %s is asked for, %s is on the node" % (request["version"], on_node))
     elif branch and installed["branch"] and installed["branch"] != branch:
