@@ -15,9 +15,10 @@ export PATH := $(VENV)/bin:$(PATH)
 bootstrap:
 	tests/testbed/bootstrap.sh
 
-# All tests: Galaxy import, ansible-test sanity, the oldest ansible-core (2.16), then unit (no daemons),
-# integration (real containerd/dockerd) and Molecule (real systemd nodes), optionally in parallel workers
-# (TEST_WORKERS, default 1: one process; 3 is faster, not yet safe). One line per step; full logs in .cache/test-logs/ (tests/run.sh).
+# All tests: integration (real containerd/dockerd) and Molecule (real systemd nodes) in TEST_WORKERS
+# parallel workers (default 3; 1: one process), beside Galaxy import, ansible-test sanity, and the unit
+# tests on the newest and the oldest ansible-core (2.16). One line per step; full logs in
+# .cache/test-logs/ (tests/run.sh).
 test: bootstrap
 	tests/run.sh all
 

@@ -12,7 +12,10 @@ COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 _link = os.path.join(COLLECTIONS, "ansible_collections", "gpunode", "nvidia")
 if not os.path.islink(_link):
     os.makedirs(os.path.dirname(_link), exist_ok=True)
-    os.symlink(REPO, _link)
+    try:
+        os.symlink(REPO, _link)
+    except FileExistsError:
+        pass  # another pytest (make test runs two at once) made it first
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
@@ -65,27 +68,43 @@ settings.register_profile("fuzz", max_examples=5000, deadline=None, print_blob=T
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# Parallel workers (pytest-xdist, `--dist loadgroup`, tests/run.sh): a test file is one unit of work
-# (its module fixtures start daemons once), except the Molecule file, whose scenarios are independent
-# units, and PER_TEST files, whose tests are. The longest units go first so that none starts last.
+# Parallel workers (pytest-xdist, `--dist loadgroup`, tests/run.sh): each unit of work runs in one worker.
+# A Molecule scenario is a unit, and so is a CONTAINED file (its module fixtures start node containers
+# once), or each test of a PER_TEST file. Every other integration file starts daemons or stand-in kubelets
+# on this machine, discovers this machine's runtimes (gpu_node_facts, gpu_doctor, the editors' path
+# check) or takes its node lock, so they would see each other's processes and lock: together they are
+# the unit "host", one file after the other, as in a one-process run. The longest units go first so that
+# none starts last.
 def _work_unit(item):
-    if item.fspath.basename == "test_scenarios.py":
+    name = item.fspath.basename
+    if name == "test_scenarios.py":
         return "molecule-%s" % item.callspec.params["scenario"]
-    if item.fspath.basename in PER_TEST:  # no brackets: xdist reads a group name after the last "]"
-        return "%s::%s" % (item.fspath.basename, item.originalname)
-    return item.fspath.basename
+    if name in PER_TEST:  # no brackets: xdist reads a group name after the last "]"
+        return "%s::%s" % (name, item.originalname)
+    if name in CONTAINED or item.fspath.dirpath().basename != "integration":
+        return name
+    return "host"
 
 
-# Files whose tests share no module fixture and take minutes each: every test is a unit of its own.
+# Files whose tests run only inside node containers of their own, on node trees, or against stand-ins
+# of their own (the Kubernetes API, nvidia-smi): nothing they start is a runtime or kubelet of this
+# machine, and nothing they run discovers this machine or takes its node lock.
+CONTAINED = ("test_bake_pipeline.py", "test_driver_integrity.py", "test_fabricmanager_install.py",
+             "test_kernel_guard.py", "test_partitioning_role.py", "test_site_contract.py",
+             "test_toolkit_cve_guard.py", "test_upgrade_nodes.py", "test_doctor_html.py",
+             "test_gpu_verify_cluster.py", "test_node_maintenance.py", "test_partitioning_cluster.py",
+             "test_doctor_cluster_live.py")
+# Contained files whose tests share no module fixture and take minutes each: every test is a unit of its own.
 PER_TEST = ("test_upgrade_rollout.py", "test_driver_install.py", "test_toolkit_install.py")
 # The units that take minutes, longest first (durations of a parallel run): they start first, in this order,
 # the Molecule scenarios ("molecule") where they stand; every other unit follows in collection order.
-LONGEST = ("test_upgrade_nodes.py", "test_bake_pipeline.py", "test_driver_integrity.py", "molecule",
+LONGEST = ("host", "test_upgrade_nodes.py", "test_bake_pipeline.py", "test_driver_integrity.py", "molecule",
            "test_driver_install.py", "test_upgrade_rollout.py", "test_toolkit_install.py")
 
 
 def _start_rank(item):
-    name = "molecule" if _work_unit(item).startswith("molecule-") else item.fspath.basename
+    unit = _work_unit(item)
+    name = "molecule" if unit.startswith("molecule-") else unit if unit == "host" else item.fspath.basename
     return LONGEST.index(name) if name in LONGEST else len(LONGEST)
 
 

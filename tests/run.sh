@@ -7,10 +7,12 @@
 #   tests/run.sh check    the inner loop: lint, sanity on the files changed since CHECK_BASE (default HEAD:
 #                         uncommitted and untracked files), unit tests
 #
-# Integration tests and Molecule scenarios mostly wait on daemons, systemd and apt, so they run in
-# TEST_WORKERS pytest-xdist workers (default 1: one process, see pytest_parallel); a unit of work is a test file (its module fixtures stay
-# in one process) or one Molecule scenario (tests/conftest.py). The testbed scripts that fill shared
-# caches take a lock of their own, and each Molecule scenario has a docker network of its own.
+# `all` runs in two lanes, because each step alone keeps about one of CI's two cores busy: the checks that
+# touch nothing on this machine (Galaxy import, sanity, the unit tests on both ansible-cores) one after the
+# other, beside the integration tests and Molecule scenarios, which run in TEST_WORKERS pytest-xdist workers
+# (see pytest_parallel, and tests/conftest.py for what a unit of work is). The one integration path of the
+# ansible-core 2.16 check starts a containerd here, so it runs last, alone. The testbed scripts that fill
+# shared caches take a lock of their own, and each Molecule scenario has a docker network of its own.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 1
@@ -19,7 +21,8 @@ export PATH=$repo/.venv/bin:$PATH
 python=$repo/.venv/bin/python
 logs=$repo/.cache/test-logs
 mkdir -p "$logs"
-failed=()
+failed_list=$logs/failed-steps
+rm -f "$failed_list"
 suite_start=$(date +%s)
 
 step() {
@@ -28,13 +31,13 @@ step() {
   start=$(date +%s)
   "$@" >"$logs/$name.log" 2>&1
   status=$?
+  # One printf per step: the lines of two lanes never interleave.
   if [ "$status" -eq 0 ]; then
     printf 'ok    %-12s %5d s   %s\n' "$name" $(($(date +%s) - start)) "$(result_line "$name")"
   else
-    printf 'FAIL  %-12s %5d s   (exit %d) full log: %s\n' "$name" $(($(date +%s) - start)) "$status" \
-      ".cache/test-logs/$name.log"
-    tail -n 60 "$logs/$name.log" | sed 's/^/      | /'
-    failed+=("$name")
+    echo "$name" >>"$failed_list"
+    printf 'FAIL  %-12s %5d s   (exit %d) full log: %s\n%s\n' "$name" $(($(date +%s) - start)) "$status" \
+      ".cache/test-logs/$name.log" "$(tail -n 60 "$logs/$name.log" | sed 's/^/      | /')"
   fi
 }
 
@@ -44,16 +47,14 @@ result_line() {
     tail -n 1 | sed -E 's/^=+ | =+$//g'
 }
 
-# One process by default: tests that discover this machine's runtimes (gpu_node_facts, gpu_doctor, the
-# containerd editor's path check) see the daemons and stand-in kubelets that other units start, so they are
-# not yet safe beside them. TEST_WORKERS=3 runs the units in three workers (50 min instead of 72 on 2 cores).
+# Three workers by default; TEST_WORKERS=1 runs everything in one process, in the former order.
 pytest_parallel() {
-  if [ "${TEST_WORKERS:-1}" -le 1 ]; then
+  if [ "${TEST_WORKERS:-3}" -le 1 ]; then
     "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@"
   else
     # --no-loadscope-reorder: keep the order tests/conftest.py gives (longest first); xdist would put the
     # units with the most tests first, so the single-test Molecule scenarios and rollouts would start last.
-    "$python" -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --dist loadgroup --no-loadscope-reorder \
+    "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
       --durations=25 "$@"
   fi
 }
@@ -75,11 +76,16 @@ sanity_changed() {
 
 case "${1:-all}" in
   all)
-    step galaxy-import tests/galaxy/import.sh
-    step sanity tests/sanity/run.sh
-    step compat tests/compat/run.sh
-    step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
+    {
+      step galaxy-import tests/galaxy/import.sh
+      step sanity tests/sanity/run.sh
+      step compat tests/compat/run.sh unit
+      step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
+    } &
+    checks=$!
     step integration pytest_parallel tests/molecule tests/integration
+    wait "$checks"
+    step compat-live tests/compat/run.sh live
     ;;
   check)
     step lint make --no-print-directory lint
@@ -93,8 +99,8 @@ case "${1:-all}" in
 esac
 
 total=$(($(date +%s) - suite_start))
-if [ "${#failed[@]}" -gt 0 ]; then
-  echo "FAILED: ${failed[*]} (${total} s; logs in .cache/test-logs/)"
+if [ -s "$failed_list" ]; then
+  echo "FAILED: $(tr '\n' ' ' <"$failed_list")(${total} s; logs in .cache/test-logs/)"
   exit 1
 fi
 echo "all passed (${total} s)"
