@@ -43,7 +43,10 @@ def test_containerd_runtime_without_tomlkit_names_the_package_and_pip_line(tmp_p
     config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n')
     results = run_play(tmp_path, without("tomlkit"), [
         {"name": "before", "ansible.builtin.debug": {"msg": "runs"}},
-        {"name": "edit", "gpunode.nvidia.containerd_runtime": {"path": str(config), "validate": False},
+        # allow_path_mismatch: whatever containerd or kubelet this machine runs (make test starts some beside
+        # the unit tests), the edit of this file gets as far as needing tomlkit.
+        {"name": "edit", "gpunode.nvidia.containerd_runtime": {"path": str(config), "validate": False,
+                                                               "allow_path_mismatch": True},
          "ignore_errors": True},
         {"name": "after", "ansible.builtin.debug": {"msg": "still runs"}},
     ])
