@@ -34,6 +34,10 @@ try:
     from kubernetes import config as k8s_config
     from kubernetes.client.rest import ApiException
     HAS_KUBERNETES = True
+    # The client defines its API classes on first use: CoreV1Api and its models cost about a second of CPU.
+    # Ansible loads an action plugin in its main process before it forks a worker per host and task, so naming
+    # them here lets every task of a rollout inherit them instead of defining them again.
+    API_CLASSES = (k8s.CoreV1Api, k8s.CoordinationV1Api, k8s.PolicyV1Api, k8s.NodeV1Api)
 except ImportError:  # reported by the action plugin with the install line
     k8s = k8s_config = None
 
