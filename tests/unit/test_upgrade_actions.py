@@ -55,3 +55,16 @@ def test_check_mode_takes_no_slot(tmp_path):
         result = run("gpunode.nvidia.gpu_upgrade_slot", args, check=True)
         assert result["granted"] and not result["changed"]
         assert api.write_requests == [] and api.leases == {}
+
+
+def test_loading_an_action_defines_the_client_api_classes_once_for_every_task_worker():
+    """Ansible loads an action plugin in its main process and forks a worker per host and task: the kubernetes
+    client's API classes (CoreV1Api alone is about a second of CPU) must be defined at load, not in each worker."""
+    probe = ("import sys; sys.path.insert(0, %r)\n"
+             "import ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_state\n"
+             "print(sorted(name.rsplit('.', 1)[1] for name in sys.modules if name.startswith('kubernetes.client.api.')))"
+             % os.path.join(REPO, ".cache", "collections"))
+    loaded = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, universal_newlines=True,
+                            timeout=120, check=True).stdout
+    for api in ("core_v1_api", "coordination_v1_api", "policy_v1_api"):
+        assert api in loaded, loaded
