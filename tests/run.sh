@@ -49,12 +49,13 @@ result_line() {
 
 # Three workers by default; TEST_WORKERS=1 runs everything in one process, in the former order.
 pytest_parallel() {
-  if [ "${TEST_WORKERS:-3}" -le 1 ]; then
+  local workers=${TEST_WORKERS:-3}
+  if [ "$workers" -le 1 ]; then
     "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@"
   else
     # --no-loadscope-reorder: keep the order tests/conftest.py gives (longest first); xdist would put the
     # units with the most tests first, so the single-test Molecule scenarios and rollouts would start last.
-    "$python" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
+    "$python" -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup --no-loadscope-reorder \
       --durations=25 "$@"
   fi
 }

@@ -66,5 +66,5 @@ def test_loading_an_action_defines_the_client_api_classes_once_for_every_task_wo
              % os.path.join(REPO, ".cache", "collections"))
     loaded = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, universal_newlines=True,
                             timeout=120, check=True).stdout
-    for api in ("core_v1_api", "coordination_v1_api", "policy_v1_api"):
+    for api in ("core_v1_api", "coordination_v1_api", "policy_v1_api", "node_v1_api"):
         assert api in loaded, loaded
