@@ -2,12 +2,18 @@
 
 `molecule test` runs create, prepare, converge, idempotence (changed=0),
 verify and destroy; the test fails when any step fails.
+
+The scenarios start at `create`, without Molecule's opening `destroy` (a whole
+ansible-playbook run that, on a clean machine, finds nothing to remove): this test
+starts each run clean itself, with the scenario's containers and networks removed
+and a Molecule state directory of its own.
 """
 import os
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = sorted(
@@ -16,11 +22,27 @@ SCENARIOS = sorted(
 )
 
 
+def remove_leftovers(scenario):
+    """Remove what an interrupted run of the scenario may have left: its containers and networks."""
+    with open(os.path.join(REPO, "molecule", scenario, "molecule.yml")) as handle:
+        platforms = yaml.safe_load(handle)["platforms"]
+    containers = [platform["name"] for platform in platforms]
+    networks = sorted(set(net["name"] for platform in platforms for net in platform.get("networks", ())))
+    subprocess.run(["docker", "rm", "-f", "-v"] + containers, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=120, check=False)
+    if networks:
+        subprocess.run(["docker", "network", "rm"] + networks, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=120, check=False)
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_molecule_scenario(scenario):
+def test_molecule_scenario(scenario, tmp_path):
+    remove_leftovers(scenario)
     bin_dir = os.path.dirname(sys.executable)
     env = dict(os.environ)
     env.update(
+        # Molecule's state of this run only (a killed run's state would make `create` skip).
+        MOLECULE_EPHEMERAL_DIRECTORY=str(tmp_path / "molecule"),
         PATH=os.pathsep.join([bin_dir, env.get("PATH", "")]),
         ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
         ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
