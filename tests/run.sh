@@ -3,7 +3,8 @@
 # goes to .cache/test-logs/STEP.log, and a failing step prints the tail of that log. Every step runs
 # even after a failure (one CI run reports everything), and the exit status is 1 if any failed.
 #
-#   tests/run.sh all      Galaxy import, ansible-test sanity, ansible-core 2.16, unit, integration + Molecule
+#   tests/run.sh all      bootstrap, Galaxy import, ansible-test sanity, ansible-core 2.16, unit, integration +
+#                         Molecule
 #   tests/run.sh check    the inner loop: lint, sanity on the files changed since CHECK_BASE (default HEAD:
 #                         uncommitted and untracked files), unit tests
 #
@@ -39,6 +40,7 @@ step() {
     printf 'FAIL  %-12s %5d s   (exit %d) full log: %s\n%s\n' "$name" $(($(date +%s) - start)) "$status" \
       ".cache/test-logs/$name.log" "$(tail -n 60 "$logs/$name.log" | sed 's/^/      | /')"
   fi
+  return "$status"
 }
 
 # The line of a step's log that says what passed (pytest's summary, the importer's result, ...).
@@ -77,16 +79,29 @@ sanity_changed() {
 
 case "${1:-all}" in
   all)
+    tests/testbed/bootstrap.sh system || exit 1
+    # The Galaxy import needs no project venv: it runs while bootstrap.sh creates the venv (one core each),
+    # and the rest of the checks lane waits for the venv.
+    bootstrapped=$logs/bootstrap.status
+    rm -f "$bootstrapped"
     {
       step galaxy-import tests/galaxy/import.sh
+      until [ -s "$bootstrapped" ]; do sleep 1; done
+      [ "$(cat "$bootstrapped")" = 0 ] || exit 0  # the foreground reports the failed bootstrap
       step sanity tests/sanity/run.sh
       step compat tests/compat/run.sh unit
       step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
     } &
     checks=$!
-    step integration pytest_parallel tests/molecule tests/integration
-    wait "$checks"
-    step compat-live tests/compat/run.sh live
+    if step bootstrap tests/testbed/bootstrap.sh venv; then
+      echo 0 >"$bootstrapped"
+      step integration pytest_parallel tests/molecule tests/integration
+      wait "$checks"
+      step compat-live tests/compat/run.sh live
+    else
+      echo 1 >"$bootstrapped"
+      wait "$checks"
+    fi
     ;;
   check)
     step lint make --no-print-directory lint
