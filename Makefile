@@ -18,9 +18,10 @@ bootstrap:
 # All tests: integration (real containerd/dockerd) and Molecule (real systemd nodes) in TEST_WORKERS
 # parallel workers (default 3; 1: one process), beside Galaxy import, ansible-test sanity, and the unit
 # tests on the newest and the oldest ansible-core (2.16). One line per step; full logs in
-# .cache/test-logs/ (tests/run.sh).
+# .cache/test-logs/ (tests/run.sh). It bootstraps the machine itself (tests/testbed/bootstrap.sh), beside the
+# Galaxy import, which needs no project venv.
 test:
-	tests/run.sh all  # bootstraps the machine itself (tests/testbed/bootstrap.sh), beside the Galaxy import
+	tests/run.sh all
 
 # The inner loop (a few minutes): ansible-lint, ansible-test sanity on the files changed since
 # CHECK_BASE (default HEAD: uncommitted and untracked files), unit tests.
