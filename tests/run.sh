@@ -45,7 +45,7 @@ step() {
 
 # The line of a step's log that says what passed (pytest's summary, the importer's result, ...).
 result_line() {
-  grep -E '^[0-9]+ passed|passed|^(galaxy-importer|ansible-test sanity|ansible-core 2.16)' "$logs/$1.log" |
+  grep -E '^[0-9]+ passed|passed|^(bootstrap|galaxy-importer|ansible-test sanity|ansible-core 2.16)' "$logs/$1.log" |
     tail -n 1 | sed -E 's/^=+ | =+$//g'
 }
 

@@ -54,6 +54,7 @@ venv() {
 
   tests/testbed/node-image.sh bookworm
   tests/testbed/images.sh >/dev/null
+  echo "bootstrap: .venv, the collection path, the node image and the test images are ready"
 }
 
 [ "$part" = venv ] || system
