@@ -79,7 +79,8 @@ sanity_changed() {
 
 case "${1:-all}" in
   all)
-    tests/testbed/bootstrap.sh system || exit 1
+    tests/testbed/bootstrap.sh system ||
+      { echo "FAILED: bootstrap of the Debian packages or dockerd (logs: .cache/bootstrap.log, .cache/dockerd.log)"; exit 1; }
     # The Galaxy import needs no project venv: it runs while bootstrap.sh creates the venv (one core each),
     # and the rest of the checks lane waits for the venv.
     bootstrapped=$logs/bootstrap.status
