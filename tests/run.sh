@@ -8,12 +8,13 @@
 #   tests/run.sh check    the inner loop: lint, sanity on the files changed since CHECK_BASE (default HEAD:
 #                         uncommitted and untracked files), unit tests
 #
-# `all` runs in two lanes, because each step alone keeps about one of CI's two cores busy: the checks that
-# touch nothing on this machine (Galaxy import, sanity, the unit tests on both ansible-cores) one after the
-# other, beside the integration tests and Molecule scenarios, which run in TEST_WORKERS pytest-xdist workers
-# (see pytest_parallel, and tests/conftest.py for what a unit of work is). The one integration path of the
-# ansible-core 2.16 check starts a containerd here, so it runs last, alone. The testbed scripts that fill
-# shared caches take a lock of their own, and each Molecule scenario has a docker network of its own.
+# `all` runs in two lanes, because each step alone keeps about one of CI's two cores busy: the Galaxy import
+# beside the venv's creation, then the checks that touch nothing on this machine (sanity, the unit tests on
+# both ansible-cores) one after the other, beside the integration tests and Molecule scenarios, which run in
+# TEST_WORKERS pytest-xdist workers (see pytest_parallel, and tests/conftest.py for what a unit of work is).
+# The one integration path of the ansible-core 2.16 check starts a containerd here, so it runs last, alone.
+# The testbed scripts that fill shared caches take a lock of their own, and each Molecule scenario has a
+# docker network of its own.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 1
@@ -81,27 +82,21 @@ case "${1:-all}" in
   all)
     tests/testbed/bootstrap.sh system ||
       { echo "FAILED: bootstrap of the Debian packages or dockerd (logs: .cache/bootstrap.log, .cache/dockerd.log)"; exit 1; }
-    # The Galaxy import needs no project venv: it runs while bootstrap.sh creates the venv (one core each),
-    # and the rest of the checks lane waits for the venv.
-    bootstrapped=$logs/bootstrap.status
-    rm -f "$bootstrapped"
-    {
-      step galaxy-import tests/galaxy/import.sh
-      until [ -s "$bootstrapped" ]; do sleep 1; done
-      [ "$(cat "$bootstrapped")" = 0 ] || exit 0  # the foreground reports the failed bootstrap
-      step sanity tests/sanity/run.sh
-      step compat tests/compat/run.sh unit
-      step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
-    } &
-    checks=$!
+    # The Galaxy import needs no project venv: it runs while bootstrap.sh creates the venv (one core each).
+    step galaxy-import tests/galaxy/import.sh &
+    galaxy=$!
     if step bootstrap tests/testbed/bootstrap.sh venv; then
-      echo 0 >"$bootstrapped"
+      {
+        step sanity tests/sanity/run.sh
+        step compat tests/compat/run.sh unit
+        step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
+      } &
+      checks=$!
       step integration pytest_parallel tests/molecule tests/integration
-      wait "$checks"
+      wait "$galaxy" "$checks"
       step compat-live tests/compat/run.sh live
     else
-      echo 1 >"$bootstrapped"
-      wait "$checks"
+      wait "$galaxy"
     fi
     ;;
   check)
