@@ -6,13 +6,12 @@ tests/integration/test_bake_pipeline.py.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-import yaml
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(__file__))
 import node_trees  # noqa: E402
 
@@ -221,26 +220,45 @@ def test_program_never_shows_a_traceback(tmp_path, argv, capsys, monkeypatch):
     assert "gpunode-firstboot: FAILED: OSError: disk full" in out and "Traceback" not in out
 
 
+def install_node_code(tmp_path, check=False):
+    """gpunode.nvidia.gpu_firstboot_code through ansible itself (its payload is where the files come from)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_LOCALHOST_WARNING="0",
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-m",
+            "gpunode.nvidia.gpu_firstboot_code", "-a", "dest=%s" % tmp_path,
+            "-e", "ansible_python_interpreter=%s" % sys.executable] + (["--check", "--diff"] if check else [])
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=120, check=False)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
 def test_the_bake_installs_every_module_the_first_boot_imports(tmp_path):
-    """The image_bake role copies a list of module_utils files: the program must import with only those."""
-    repo = os.path.join(os.path.dirname(__file__), "..", "..")
-    with open(os.path.join(repo, "roles", "image_bake", "vars", "main.yml")) as handle:
-        bake = yaml.safe_load(handle)
-    for directory in bake["image_bake_package_dirs"]:
-        os.makedirs(str(tmp_path / directory))
-        (tmp_path / directory / "__init__.py").write_text(u"")
-    module_utils = tmp_path / "ansible_collections" / "gpunode" / "nvidia" / "plugins" / "module_utils"
-    for name in bake["image_bake_firstboot_module_utils"]:
-        shutil.copy(os.path.join(repo, "plugins", "module_utils", name), str(module_utils / name))
-    # The module files imported (not the packages), as paths relative to module_utils.
+    """The image_bake role installs the node code with gpu_firstboot_code: the program must import with only
+    those files, and every file must be one it imports."""
+    checked = install_node_code(tmp_path, check=True)
+    assert checked["changed"] and checked["files"] and os.listdir(str(tmp_path)) == []
+    assert "services/firstboot.py" in checked["diff"]["after"]
+    first = install_node_code(tmp_path)
+    assert first["changed"] and first["files"] == checked["files"] and first["count"] == len(first["files"])
+    written = sorted(f for f in first["files"] if not f.endswith("__init__.py"))
+    # The module files imported (not the packages), as paths relative to dest.
     script = ("import json, sys; sys.path.insert(0, %r)\n"
               "from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot\n"
               "top = 'ansible_collections.gpunode.nvidia.plugins.module_utils.'\n"
-              "print(json.dumps(sorted(n[len(top):].replace('.', '/') + '.py' for n, m in sys.modules.items()\n"
+              "print(json.dumps(sorted(n.replace('.', '/') + '.py' for n, m in sys.modules.items()\n"
               "                        if n.startswith(top) and not hasattr(m, '__path__'))))" % str(tmp_path))
     # -S: no site-packages, as on a node (standard library only); the collection is importable only from tmp_path.
     proc = subprocess.run([sys.executable, "-S", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, cwd=str(tmp_path), check=False)
     assert proc.returncode == 0, proc.stderr
     # Nothing missing (the import above) and nothing extra.
-    assert json.loads(proc.stdout) == sorted(bake["image_bake_firstboot_module_utils"])
+    assert json.loads(proc.stdout) == written
+    with open(os.path.join(REPO, "plugins", "module_utils", "services", "firstboot.py")) as handle:
+        source = handle.read()
+    with open(str(tmp_path / "ansible_collections/gpunode/nvidia/plugins/module_utils/services/firstboot.py")) as handle:
+        assert handle.read() == source
+    assert oct(os.stat(str(tmp_path / written[0])).st_mode & 0o777) == "0o644"
+    again = install_node_code(tmp_path)
+    assert not again["changed"] and again["files"] == [] and again["count"] == first["count"]
