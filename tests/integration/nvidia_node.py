@@ -189,6 +189,6 @@ class NodeContainer(object):
         return PlayResult(proc, self.name)
 
     def close(self):
-        subprocess.run(["docker", "rm", "-f", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        subprocess.run(["docker", "rm", "-f", "-v", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=120, check=False)
         subprocess.run(["rm", "-rf", self._workdir], timeout=60, check=False)
