@@ -20,8 +20,8 @@ description:
 notes:
   - The files are the ones this module's own payload carries, so the set is always exactly what the first boot
     imports, whatever the collection's version; the whole set is written in one task.
-  - Each file is written only when its content differs, atomically (written beside, then renamed), mode C(0644);
-    directories are created with mode C(0755).
+  - Each file is written only when its content or mode differs, atomically (written beside, then renamed), with
+    mode C(0644); missing directories are created with mode C(0755).
   - Files under O(dest) that the first boot no longer imports are left in place.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
@@ -52,7 +52,8 @@ dest:
   returned: always
   type: str
 files:
-  description: The files written (in check mode, the files that would be written), relative to O(dest).
+  description: The files written (in check mode, the files that would be written; after a failure, those written
+    before it), relative to O(dest).
   returned: always
   type: list
   elements: str
@@ -76,13 +77,11 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.services import fir
 TOP = "ansible_collections.gpunode.nvidia.plugins.module_utils"
 
 
-def node_code(modules=None):
+def node_code():
     """{path relative to dest: source} of the collection's modules loaded (the first boot's imports), with an
     empty __init__.py in every package directory from ansible_collections down."""
-    modules = sys.modules if modules is None else modules
     files = {}
-    for name in sorted(modules):
-        module = modules[name]
+    for name, module in sorted(sys.modules.items()):
         if not (name == TOP or name.startswith(TOP + ".")) or module is None or hasattr(module, "__path__"):
             continue
         parts = name.split(".")
@@ -93,12 +92,13 @@ def node_code(modules=None):
 
 
 def plan(dest, files):
-    """The files whose content on the node differs from the wanted one (missing included)."""
+    """The files on the node that differ from the wanted ones, in content or mode (missing included)."""
     stale = []
     for relative in sorted(files):
+        path = os.path.join(dest, relative)
         try:
-            with open(os.path.join(dest, relative), "rb") as handle:
-                same = handle.read() == files[relative].encode("utf-8")
+            with open(path, "rb") as handle:
+                same = handle.read() == files[relative].encode("utf-8") and os.stat(path).st_mode & 0o7777 == 0o644
         except (IOError, OSError):
             same = False
         if not same:
@@ -106,15 +106,22 @@ def plan(dest, files):
     return stale
 
 
+def make_dirs(directory):
+    """The directory and its missing parents, each with mode 0755 whatever the umask."""
+    if os.path.isdir(directory):
+        return
+    make_dirs(os.path.dirname(directory))
+    os.mkdir(directory)
+    os.chmod(directory, 0o755)
+
+
 def write(module, dest, relative, text):
     path = os.path.join(dest, relative)
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".gpunode-firstboot-")
+    make_dirs(os.path.dirname(path))
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".gpunode-firstboot-")
     with os.fdopen(handle, "wb") as out:
         out.write(text.encode("utf-8"))
-    os.chmod(temporary, 0o644)
+    # atomic_move gives the file the mode of the one it replaces (or the umask's): set it after the move.
     module.atomic_move(temporary, path)
     os.chmod(path, 0o644)
 
@@ -130,12 +137,15 @@ def main():
         result["diff"] = {"before_header": dest, "after_header": dest, "before": "",
                           "after": "".join("%s\n" % relative for relative in stale)}
     if not module.check_mode:
-        for relative in stale:
+        for done, relative in enumerate(stale):
             try:
                 write(module, dest, relative, files[relative])
             except (IOError, OSError) as exc:
-                module.fail_json(msg="cannot write %s: %s (is %s writable?)" % (
-                    os.path.join(dest, relative), exc.strerror or exc, dest), **result)
+                result["files"] = stale[:done]
+                module.fail_json(msg="cannot write %s: %s. %d of the %d files to write were written; the first boot "
+                                     "cannot run from %s until all are: make it a writable directory and run the "
+                                     "bake again" % (os.path.join(dest, relative), exc.strerror or exc, done,
+                                                     len(stale), dest), **result)
     module.exit_json(**result)
 
 

@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
 import node_trees  # noqa: E402
+from ansible_runner import REPO, run_module  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import firstboot as doctor_firstboot  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
@@ -220,27 +221,18 @@ def test_program_never_shows_a_traceback(tmp_path, argv, capsys, monkeypatch):
     assert "gpunode-firstboot: FAILED: OSError: disk full" in out and "Traceback" not in out
 
 
-def install_node_code(tmp_path, check=False):
-    """gpunode.nvidia.gpu_firstboot_code through ansible itself (its payload is where the files come from)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_LOCALHOST_WARNING="0",
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
-    argv = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-m",
-            "gpunode.nvidia.gpu_firstboot_code", "-a", "dest=%s" % tmp_path,
-            "-e", "ansible_python_interpreter=%s" % sys.executable] + (["--check", "--diff"] if check else [])
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=120, check=False)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-
-
 def test_the_bake_installs_every_module_the_first_boot_imports(tmp_path):
     """The image_bake role installs the node code with gpu_firstboot_code: the program must import with only
     those files, and every file must be one it imports."""
-    checked = install_node_code(tmp_path, check=True)
+    module = "gpunode.nvidia.gpu_firstboot_code"
+    checked = run_module(module, {"dest": str(tmp_path)}, check=True, diff=True)
     assert checked["changed"] and checked["files"] and os.listdir(str(tmp_path)) == []
     assert "services/firstboot.py" in checked["diff"]["after"]
-    first = install_node_code(tmp_path)
+    umask = os.umask(0o077)  # a hardened build host's: the modes must not depend on it
+    try:
+        first = run_module(module, {"dest": str(tmp_path)})
+    finally:
+        os.umask(umask)
     assert first["changed"] and first["files"] == checked["files"] and first["count"] == len(first["files"])
     written = sorted(f for f in first["files"] if not f.endswith("__init__.py"))
     # The module files imported (not the packages), as paths relative to dest.
@@ -260,5 +252,21 @@ def test_the_bake_installs_every_module_the_first_boot_imports(tmp_path):
     with open(str(tmp_path / "ansible_collections/gpunode/nvidia/plugins/module_utils/services/firstboot.py")) as handle:
         assert handle.read() == source
     assert oct(os.stat(str(tmp_path / written[0])).st_mode & 0o777) == "0o644"
-    again = install_node_code(tmp_path)
+    again = run_module(module, {"dest": str(tmp_path)})
     assert not again["changed"] and again["files"] == [] and again["count"] == first["count"]
+    os.chmod(str(tmp_path / written[0]), 0o600)  # the content is right, the mode is not
+    mended = run_module(module, {"dest": str(tmp_path)})
+    assert mended["changed"] and mended["files"] == [written[0]]
+    assert oct(os.stat(str(tmp_path / written[0])).st_mode & 0o777) == "0o644"
+    assert oct(os.stat(str(tmp_path / "ansible_collections")).st_mode & 0o777) == "0o755"
+
+
+def test_a_dest_that_cannot_hold_the_code_fails_saying_what_was_written(tmp_path):
+    blocker = tmp_path / "gpunode"
+    blocker.write_text(u"a file where the directory should be\n")
+    failed = run_module("gpunode.nvidia.gpu_firstboot_code", {"dest": str(blocker)})
+    assert failed["failed"] and failed["files"] == []
+    assert failed["msg"].startswith("cannot write %s/ansible_collections/__init__.py: " % blocker)
+    assert "0 of the %d files to write were written" % failed["count"] in failed["msg"]
+    assert "make it a writable directory and run the bake again" in failed["msg"]
+    assert blocker.read_text() == u"a file where the directory should be\n"

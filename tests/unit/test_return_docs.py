@@ -10,12 +10,12 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Keys Ansible itself adds to results, documented by Ansible, not by the module: the common ones, and the
-# file attributes AnsibleModule.exit_json adds to a result that names an existing `path`.
+# file attributes AnsibleModule.exit_json adds to a result that names an existing `path` (or, without one, `dest`).
 COMMON = {"changed", "failed", "invocation", "msg", "diff", "warnings", "deprecations", "_ansible_no_log",
           "skipped", "skip_reason", "action"}
 PATH_INFO = {"state", "uid", "gid", "owner", "group", "mode", "size", "path", "secontext"}
 MODULES = ["docker_runtime", "crio_runtime", "containerd_config_file", "node_lock", "gpu_node_facts", "gpu_doctor",
-           "gpu_install_plan"]
+           "gpu_install_plan", "gpu_firstboot_code"]
 
 
 def documented_returns(module):
@@ -40,6 +40,7 @@ def module_tasks(tmp):
         ("gpu_node_facts", {"root": tmp}),
         ("gpu_doctor", {"root": tmp, "query_cri": False}),
         ("gpu_install_plan", {"stage": "driver", "root": tmp}),
+        ("gpu_firstboot_code", {"dest": os.path.join(tmp, "firstboot")}),
     ]
 
 
@@ -66,6 +67,6 @@ def results(tmp_path_factory):
 def test_every_returned_key_is_documented(results, module):
     result = results[module]
     assert not result.get("failed"), result.get("msg")
-    ansible_added = COMMON | (PATH_INFO if "path" in result else set())
+    ansible_added = COMMON | (PATH_INFO if "path" in result or "dest" in result else set())
     undocumented = set(result) - ansible_added - documented_returns(module)
     assert not undocumented, "%s returns keys its RETURN does not document: %s" % (module, sorted(undocumented))
