@@ -71,7 +71,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 # What the first boot runs. Imported for its files: Ansible packs this module with everything it imports, and
 # the module installs exactly that. The module imports nothing else of the collection, so that the set is the
-# first boot's own.
+# first boot's own (which is why it writes with AnsibleModule.atomic_move, not editors/filewrite).
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot  # noqa: F401 pylint: disable=unused-import
 
 TOP = "ansible_collections.gpunode.nvidia.plugins.module_utils"
