@@ -404,24 +404,6 @@ def _processes():
     return table
 
 
-def host_kubelets(ours=()):
-    """PIDs of the kubelets (and stand-ins named kubelet) of this machine, but OURS. A kubelet in a container
-    (a Molecule or node container running beside these tests) has another root directory: discovery leaves it
-    out, as it leaves out every process whose root is not the node's `/`, so it is not counted."""
-    root = os.stat("/")
-    found = []
-    for pid, (_ppid, argv) in _processes().items():
-        if pid in ours or not argv or os.path.basename(argv[0]) != "kubelet":
-            continue
-        try:
-            theirs = os.stat("/proc/%d/root" % pid)
-        except OSError:
-            continue  # gone, or not ours to read
-        if (theirs.st_dev, theirs.st_ino) == (root.st_dev, root.st_ino):
-            found.append(pid)
-    return found
-
-
 def kill_shims(socket_path):
     """SIGKILL the shims started for the daemon on SOCKET_PATH, with their containers."""
     table = _processes()
