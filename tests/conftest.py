@@ -108,7 +108,11 @@ def _start_rank(item):
     return LONGEST.index(name) if name in LONGEST else len(LONGEST)
 
 
-# tryfirst: xdist's worker reads the marks in its own hook of the same name.
+# tryfirst: xdist's worker reads the marks in its own hook of the same name. KNOWN GAP: xdist's workers, which
+# collect and so set the order units start in, have numprocesses None, so they take the one-process order
+# below (Molecule first, then collection order), which is the order every parallel run so far has used. Giving
+# them LONGEST runs the host unit beside the Molecule scenarios: test_facts_live then failed once (its kubelet
+# not the one discovery found), so that is left until the discovery tests are made safe beside node containers.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
