@@ -111,8 +111,9 @@ def _start_rank(item):
 # tryfirst: xdist's worker reads the marks in its own hook of the same name. KNOWN GAP: xdist's workers, which
 # collect and so set the order units start in, have numprocesses None, so they take the one-process order
 # below (Molecule first, then collection order), which is the order every parallel run so far has used. Giving
-# them LONGEST runs the host unit beside the Molecule scenarios: test_facts_live then failed once (its kubelet
-# not the one discovery found), so that is left until the discovery tests are made safe beside node containers.
+# them LONGEST runs the host unit beside the Molecule scenarios: the live discovery tests then skipped (their
+# guard counts a kubelet in a node container too) or, with the guard narrowed to this machine's kubelets,
+# test_facts_live failed (its kubelet not the one discovery found); left until they are safe beside node containers.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
