@@ -52,6 +52,7 @@ def _collection_importable():
 _collection_importable()
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -402,6 +403,14 @@ def _processes():
             continue
         table[int(entry)] = (ppid, argv)
     return table
+
+
+def host_kubelets(ours=()):
+    """PIDs of the kubelets (and stand-ins named kubelet) that discovery sees on this machine, but OURS: read
+    as discovery reads them, so a kubelet in a Molecule or node container running beside these tests (another
+    root) is not one, and neither is one that exits while it is read."""
+    return [process["pid"] for process in node_reader.processes(node_reader.Node("/"))
+            if process["name"] == "kubelet" and process["pid"] not in ours]
 
 
 def kill_shims(socket_path):

@@ -66,18 +66,6 @@ def free_port():
     return port
 
 
-def other_kubelets(ours=()):
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            argv0 = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")[0]
-        except (IOError, OSError):
-            continue
-        if pid.isdigit() and int(pid) not in ours and os.path.basename(argv0) == b"kubelet":
-            found.append(int(pid))
-    return found
-
-
 class StandinKubelet(object):
     """The stand-in kubelet on SOCKET, healthz on a free port; argv[0] is `kubelet` so discovery finds it."""
 
@@ -112,7 +100,7 @@ def kubelet_on():
     started = []
 
     def start(ctrd, healthy=True):
-        if other_kubelets():
+        if daemons.host_kubelets():
             pytest.skip("another kubelet (or stand-in) runs on this machine; discovery needs the only one")
         kubelet = StandinKubelet(ctrd.socket, ctrd.base)
         started.append(kubelet)

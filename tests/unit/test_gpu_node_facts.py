@@ -4,6 +4,7 @@ The trees (tests/unit/node_trees.py) hold the platforms' real file layouts;
 their processes are stand-ins (/proc entries, no daemon behind them).
 """
 
+import errno
 import json
 import os
 import sqlite3
@@ -405,6 +406,30 @@ def test_processes_from_proc_cmdline(tmp_path):
     assert procs[0]["argv"] == ["/usr/bin/containerd", "--config", "/etc/c.toml"]
     assert procs[0]["service"] == "containerd.service"
     assert procs[1]["argv"][2] == "--container-runtime-endpoint=unix:///x.sock"
+
+
+def test_live_processes_leave_out_containers_and_the_gone(tmp_path, monkeypatch):
+    """On the live node: a process with another root (a container's) is left out, and so is one that exited
+    while it was read (its root gone: ENOENT); one whose root may not be read (EACCES) is kept."""
+    tree = node_trees.NodeTree(tmp_path)
+    for pid in (30, 40, 50, 60):
+        tree.process(["/usr/bin/kubelet", "--v=%d" % pid], pid=pid)
+    real_stat = os.stat
+    outcome = {"/proc/30/root": real_stat("/"), "/proc/60/root": real_stat(str(tmp_path)),
+               "/proc/40/root": OSError(errno.ENOENT, "gone"), "/proc/50/root": OSError(errno.EACCES, "denied")}
+
+    def fake_stat(path, *args, **kwargs):
+        if path not in outcome:
+            return real_stat(path, *args, **kwargs)
+        if isinstance(outcome[path], OSError):
+            raise outcome[path]
+        return outcome[path]
+
+    node = node_reader.Node(str(tmp_path))
+    node.live = True  # the live node's path, with the tree standing in for its /proc; roots as fake_stat says
+    node.local = lambda path: str(tmp_path) + path
+    monkeypatch.setattr(node_reader.os, "stat", fake_stat)
+    assert [p["pid"] for p in node_reader.processes(node)] == [30, 50]
 
 
 @pytest.mark.parametrize("text,service", [

@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import fnmatch
 import os
 import re
@@ -237,7 +238,7 @@ def processes(node):
 
     On the live node, processes whose root directory is not the node's `/` run inside a container
     (a kind node, a Molecule node, docker-in-docker): their sockets and files are not the node's, so
-    they are left out.
+    they are left out, and so is a process that exited while it was read.
     """
     found = []
     host_root = _root_identity("/") if node.live else None
@@ -253,13 +254,14 @@ def processes(node):
         name = os.path.basename(argv[0]) if argv else ""
         if name not in INTERESTING:
             continue
-        if host_root and _root_identity("/proc/%s/root" % pid) not in (None, host_root):
-            continue
         cgroup = node.read("/proc/%s/cgroup" % pid)
-        found.append({"pid": int(pid), "argv": argv, "name": name,
-                      "exe": node.readlink("/proc/%s/exe" % pid),
-                      "service": service_from_cgroup(cgroup), "cgroup_read": cgroup is not None,
-                      "ppid": _ppid(node.read("/proc/%s/status" % pid))})
+        process = {"pid": int(pid), "argv": argv, "name": name, "exe": node.readlink("/proc/%s/exe" % pid),
+                   "service": service_from_cgroup(cgroup), "cgroup_read": cgroup is not None,
+                   "ppid": _ppid(node.read("/proc/%s/status" % pid))}
+        # The root is read last: a process that exits while it is read is then left out as gone.
+        if host_root and not _has_root(pid, host_root):
+            continue
+        found.append(process)
     return found
 
 
@@ -269,6 +271,17 @@ def _root_identity(path):
     except OSError:
         return None
     return info.st_dev, info.st_ino
+
+
+def _has_root(pid, root):
+    """Whether process PID has ROOT ((st_dev, st_ino)) as its root directory. A root that cannot be read
+    (another user's process, read without privilege) counts as ROOT, as before containers were told apart;
+    a process that has exited, or is exiting, does not."""
+    try:
+        info = os.stat("/proc/%s/root" % pid)
+    except OSError as exc:
+        return exc.errno not in (errno.ENOENT, errno.ESRCH)
+    return (info.st_dev, info.st_ino) == root
 
 
 def service_from_cgroup(text):
