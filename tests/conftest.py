@@ -97,11 +97,9 @@ CONTAINED = ("test_bake_pipeline.py", "test_driver_integrity.py", "test_fabricma
 # Contained files whose tests share no module fixture and take minutes each: every test is a unit of its own.
 PER_TEST = ("test_upgrade_rollout.py", "test_driver_install.py", "test_toolkit_install.py")
 # The units that take minutes, longest first (durations of a parallel run): they start first, in this order,
-# the Molecule scenarios ("molecule") where they stand; every other unit, a minute or less each (the rollouts'
-# tests among them), follows in collection order and fills the workers at the end.
-LONGEST = ("host", "molecule", "test_bake_pipeline.py", "test_driver_install.py", "test_driver_integrity.py",
-           "test_site_contract.py", "test_upgrade_nodes.py", "test_gpu_verify_cluster.py", "test_node_maintenance.py",
-           "test_toolkit_install.py", "test_partitioning_role.py")
+# the Molecule scenarios ("molecule") where they stand; every other unit follows in collection order.
+LONGEST = ("host", "test_upgrade_nodes.py", "test_bake_pipeline.py", "test_driver_integrity.py", "molecule",
+           "test_driver_install.py", "test_upgrade_rollout.py", "test_toolkit_install.py")
 
 
 def _start_rank(item):
@@ -110,14 +108,17 @@ def _start_rank(item):
     return LONGEST.index(name) if name in LONGEST else len(LONGEST)
 
 
-# tryfirst: xdist's worker reads the marks in its own hook of the same name. The workers collect, and the
-# order they collect in is the order units start in; a worker's config says so by its `workerinput` (xdist
-# sets a worker's numprocesses to None).
+# tryfirst: xdist's worker reads the marks in its own hook of the same name. KNOWN GAP: xdist's workers, which
+# collect and so set the order units start in, have numprocesses None, so they take the one-process order
+# below (Molecule first, then collection order), which is the order every parallel run so far has used. Giving
+# them LONGEST runs the host unit beside the Molecule scenarios: the live discovery tests then skipped (their
+# guard counts a kubelet in a node container too) or, with the guard narrowed to this machine's kubelets,
+# test_facts_live failed (its kubelet not the one discovery found); left until they are safe beside node containers.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_work_unit(item)))
-    if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", None):
+    if getattr(config.option, "numprocesses", None):
         items.sort(key=_start_rank)
     else:  # one process: the Molecule scenarios first, as ever
         items.sort(key=lambda item: not _work_unit(item).startswith("molecule-"))
