@@ -7,8 +7,7 @@ The scenarios start at `create`, without Molecule's opening `destroy` (a whole
 ansible-playbook run that, on a clean machine, finds nothing to remove), and this
 test runs them with `--destroy never`: it removes the scenario's containers and
 networks itself, with docker, before and after the run, and gives each run a
-Molecule state directory of its own. `create` is molecule/resources/create.yml
-(one docker task for the scenario's networks and node containers).
+Molecule state directory of its own.
 """
 import os
 import subprocess
