@@ -270,7 +270,7 @@ def _root_identity(path):
         info = os.stat(path)
     except OSError:
         return None
-    return info.st_dev, info.st_ino
+    return _identity(info)
 
 
 def _has_root(pid, root):
@@ -281,7 +281,12 @@ def _has_root(pid, root):
         info = os.stat("/proc/%s/root" % pid)
     except OSError as exc:
         return exc.errno not in (errno.ENOENT, errno.ESRCH)
-    return (info.st_dev, info.st_ino) == root
+    return _identity(info) == root
+
+
+def _identity(info):
+    """A directory's identity from its stat: two paths are the same directory when these match."""
+    return info.st_dev, info.st_ino
 
 
 def service_from_cgroup(text):
