@@ -6,7 +6,7 @@
 #   tests/run.sh all      bootstrap, Galaxy import, ansible-test sanity, ansible-core 2.16, unit, integration +
 #                         Molecule
 #   tests/run.sh check    the inner loop: lint, sanity on the files changed since CHECK_BASE (default HEAD:
-#                         uncommitted and untracked files), unit tests
+#                         uncommitted and untracked files), beside the unit tests
 #
 # `all` runs in two lanes, because each step alone keeps about one of CI's two cores busy: the Galaxy import
 # beside the venv's creation, then the checks that touch nothing on this machine (sanity, the unit tests on
@@ -100,9 +100,15 @@ case "${1:-all}" in
     fi
     ;;
   check)
-    step lint make --no-print-directory lint
-    step sanity sanity_changed
+    # Two lanes again: lint and sanity each keep one core busy, and the unit tests' two workers leave about
+    # a third of both cores idle (they wait on the ansible processes they start).
+    {
+      step lint make --no-print-directory lint
+      step sanity sanity_changed
+    } &
+    lint=$!
     step unit "$python" -m pytest -q -p no:cacheprovider -n 2 tests/unit
+    wait "$lint"
     ;;
   *)
     echo "usage: tests/run.sh [all|check]" >&2
