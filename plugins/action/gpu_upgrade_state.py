@@ -77,14 +77,12 @@ class ActionModule(ValidatedAction):
     def _set(self, api, args):
         if not args["state"]:
             return dict(failed=True, changed=False, msg="op=set needs state (one of %s)" % ", ".join(ro.ALL_STATES))
-        current = ro.node_view(api.node(args["node"]))["state"]
-        ro.check_transition(current, args["state"])
-        if current == args["state"]:
+        current, changed = api.move_state(args["node"], args["state"], dry_run=self._task.check_mode)
+        if not changed:
             return dict(changed=False, state=current, msg="%s is already %s" % (args["node"], current))
         if self._task.check_mode:
             return dict(changed=True, state=current, msg="check mode: %s would be labelled %s=%s"
                         % (args["node"], ro.STATE_LABEL, args["state"]))
-        api.set_state(args["node"], args["state"])
         holder = upgrade_api.controller_identity()
         api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
         moved = "%s: %s -> %s" % (args["node"], current or "(none)", args["state"])

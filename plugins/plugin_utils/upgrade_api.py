@@ -91,13 +91,28 @@ class UpgradeApi(object):
             raise ro.RolloutError("cannot list the GPU nodes (%s): %s" % (selector, cv.api_message(exc)))
         return [ro.node_view(_serialize(self.client, node)) for node in nodes]
 
-    def set_state(self, name, state):
-        body = {"metadata": {"labels": {ro.STATE_LABEL: state}}}
-        try:
-            self.core.patch_node(name, body)
-        except cv.ApiException as exc:
-            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (
-                name, ro.STATE_LABEL, state, cv.api_message(exc)))
+    def move_state(self, name, state, dry_run=False):
+        """(previous state, changed): the node's state label moved to STATE where the state machine allows it.
+
+        The check and the write are one: the label is written with the resourceVersion it was checked on, and a
+        409 Conflict checks again on what is there now. A task of a killed run that still finishes, or a second
+        controller, cannot move a node back or undo a finished one between the check and the write."""
+        deadline = time.monotonic() + CONFLICT_PATIENCE
+        while True:
+            node = self.node(name)
+            current = ro.node_view(node)["state"]
+            ro.check_transition(current, state)
+            if current == state or dry_run:
+                return current, current != state
+            body = {"metadata": {"labels": {ro.STATE_LABEL: state},
+                                 "resourceVersion": node["metadata"]["resourceVersion"]}}
+            try:
+                self.core.patch_node(name, body)
+                return current, True
+            except cv.ApiException as exc:
+                if exc.status != 409 or time.monotonic() >= deadline:
+                    raise ro.RolloutError("cannot label node %s %s=%s: %s" % (
+                        name, ro.STATE_LABEL, state, cv.api_message(exc)))
 
     # --- the slot Lease ---
 

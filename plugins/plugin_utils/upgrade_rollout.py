@@ -195,11 +195,15 @@ def steps_from(start, job_selector=None, drain=False):
 
 
 def check_transition(current, new):
-    """Refuse the transitions the state machine does not have (a failed node jumping to done, a step back)."""
-    if new == FAILED or new == REQUIRED or current in (None, DONE):
+    """Refuse the transitions the state machine does not have: a failed node jumping to done, a step back, and
+    a node at rest (no state, or done) entering mid-way: every upgrade begins at upgrade-required. So a late
+    write (a task of a killed run still finishing, another controller) cannot undo a finished node."""
+    if new == current or new == FAILED or new == REQUIRED:
         return
     if current == FAILED:
         raise RolloutError("node is %s: only a retry (back to %s) may move it" % (FAILED, REQUIRED))
+    if current in (None, DONE):
+        raise RolloutError("cannot go from %s to %s: an upgrade begins at %s" % (current or "no state", new, REQUIRED))
     if current not in STATES or new not in STATES or STATES.index(new) < STATES.index(current):
         raise RolloutError("cannot go from %s to %s" % (current, new))
 

@@ -81,7 +81,7 @@ def simulated_node(api, name, holder, errors):
                     continue
             time.sleep(SIM_POLL)
         for state in ro.STATES:
-            api.set_state(name, state)
+            api.move_state(name, state)
         api.update_slots(lambda table: ro.release(name, table, holder))
     except Exception as exc:  # reported, the benchmark goes on
         errors.append("%s: %s" % (name, exc))

@@ -199,14 +199,15 @@ def test_sigkill_mid_rollout_then_a_rerun_finishes_without_redoing_done_nodes(tm
                 break
             time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        killed_output = proc.communicate()[0]
         done_before = [host for host in hosts if rollout.state(host) == "upgrade-done"]
         in_progress = [host for host in hosts if rollout.state(host) not in (None, "upgrade-done")]
-        assert done_before and in_progress, [rollout.state(h) for h in hosts]
+        assert done_before and in_progress, ([rollout.state(h) for h in hosts], killed_output)
 
         rc, output = rollout.run(name="rerun")
         assert rc == 0, output
-        assert all(rollout.state(host) == "upgrade-done" and not rollout.unschedulable(host) for host in hosts)
+        after = dict((host, (rollout.state(host), rollout.unschedulable(host))) for host in hosts)
+        assert all(after[host] == ("upgrade-done", False) for host in hosts), (after, killed_output, output)
         for host in done_before:
             assert rollout.events(host).count("install") == 1, (host, rollout.log())
         for host in in_progress:

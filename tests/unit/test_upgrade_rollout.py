@@ -146,6 +146,17 @@ def test_failed_never_jumps_to_done():
     ro.check_transition("validation-required", ro.FAILED)
 
 
+@pytest.mark.parametrize("at_rest", [None, ro.DONE])
+def test_a_node_at_rest_enters_only_at_the_beginning(at_rest):
+    for state in ro.IN_PROGRESS + (ro.DONE,):
+        if state != at_rest:
+            with pytest.raises(ro.RolloutError, match="an upgrade begins at upgrade-required"):
+                ro.check_transition(at_rest, state)
+    ro.check_transition(at_rest, ro.REQUIRED)
+    ro.check_transition(at_rest, ro.FAILED)
+    ro.check_transition(at_rest, at_rest)
+
+
 @pytest.mark.parametrize("current, target, changes", [
     ({"driver": "535.261.03", "toolkit": "1.17.8-1"}, {"driver": "535.309.01", "toolkit": "1.17.8"}, ["driver"]),
     ({"driver": "535.309.01", "toolkit": "1.17.8-1"}, {"driver": "535", "toolkit": "1.18.0"}, ["toolkit"]),
