@@ -107,6 +107,28 @@ def api_message(exc):
         return "%s %s" % (getattr(exc, "status", ""), getattr(exc, "reason", None) or exc)
 
 
+def patch_with_version(read, decide, write, dry_run, retry_conflict):
+    """(outcome, changed): read an object, decide a patch on what was read, write it with the read resourceVersion.
+
+    decide(obj) -> (patch or None, outcome); None writes nothing, and a dry run writes nothing either. A 409 Conflict
+    means another writer came between the read and the write: read and decide again while retry_conflict(conflicts)
+    is true, else raise that 409. Every other ApiException is the caller's to explain."""
+    conflicts = 0
+    while True:
+        obj = read()
+        patch, outcome = decide(obj)
+        if patch is None or dry_run:
+            return outcome, patch is not None
+        patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+        try:
+            write(patch)
+            return outcome, True
+        except ApiException as exc:
+            conflicts += 1
+            if exc.status != 409 or not retry_conflict(conflicts):
+                raise
+
+
 def pod_name(node):
     """DNS-1123 name, unique per run: gpunode-verify-<node>-<random>."""
     slug = re.sub(r"[^a-z0-9-]+", "-", node.lower()).strip("-")[:40].strip("-")

@@ -328,20 +328,16 @@ class NodeMaintenance:
     # writes
     def _update_node(self, decide):
         """Read, decide a patch, write it with the read resourceVersion; on a 409 Conflict read and decide again."""
-        for _attempt in range(CONFLICT_RETRIES):
-            node = self.read_node()
-            patch, outcome = decide(node)
-            if patch is None or self.check_mode:
-                return patch is not None, outcome
-            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            try:
-                self.core.patch_node(self.node, patch)
-                return True, outcome
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-        raise MaintenanceError("node %s changed under every one of %d attempts to update it (409 Conflict each "
-                               "time); another controller is writing it: try again" % (self.node, CONFLICT_RETRIES))
+        try:
+            outcome, changed = cv.patch_with_version(
+                self.read_node, decide, lambda patch: self.core.patch_node(self.node, patch), self.check_mode,
+                retry_conflict=lambda conflicts: conflicts < CONFLICT_RETRIES)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            raise MaintenanceError("node %s changed under every one of %d attempts to update it (409 Conflict each "
+                                   "time); another controller is writing it: try again" % (self.node, CONFLICT_RETRIES))
+        return changed, outcome
 
     def _would(self, changed, text):
         return dict(changed=changed, would=text, msg="check mode: would " + text) if self.check_mode else {}

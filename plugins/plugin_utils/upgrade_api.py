@@ -97,22 +97,18 @@ class UpgradeApi(object):
         The check and the write are one: the label is written with the resourceVersion it was checked on, and a
         409 Conflict checks again on what is there now. A task of a killed run that still finishes, or a second
         controller, cannot move a node back or undo a finished one between the check and the write."""
-        deadline = time.monotonic() + CONFLICT_PATIENCE
-        while True:
-            node = self.node(name)
+        def decide(node):
             current = ro.node_view(node)["state"]
             ro.check_transition(current, state)
-            if current == state or dry_run:
-                return current, current != state
-            body = {"metadata": {"labels": {ro.STATE_LABEL: state},
-                                 "resourceVersion": node["metadata"]["resourceVersion"]}}
-            try:
-                self.core.patch_node(name, body)
-                return current, True
-            except cv.ApiException as exc:
-                if exc.status != 409 or time.monotonic() >= deadline:
-                    raise ro.RolloutError("cannot label node %s %s=%s: %s" % (
-                        name, ro.STATE_LABEL, state, cv.api_message(exc)))
+            return (None if current == state else {"metadata": {"labels": {ro.STATE_LABEL: state}}}), current
+
+        deadline = time.monotonic() + CONFLICT_PATIENCE
+        try:
+            return cv.patch_with_version(lambda: self.node(name), decide,
+                                         lambda patch: self.core.patch_node(name, patch), dry_run,
+                                         retry_conflict=lambda conflicts: time.monotonic() < deadline)
+        except cv.ApiException as exc:
+            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, cv.api_message(exc)))
 
     # --- the slot Lease ---
 
