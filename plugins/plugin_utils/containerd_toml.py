@@ -192,6 +192,11 @@ def _release(version):
     return match.group(0) if match else version
 
 
+def _minor(version):
+    match = re.search(r"\d+\.(\d+)", version or "")
+    return int(match.group(1)) if match else 0
+
+
 def _major(version):
     match = re.search(r"(\d+)\.\d+", version or "")
     return int(match.group(1)) if match else None
@@ -233,13 +238,27 @@ def cri_table(data, version, layout, path, containerd_version):
     with `config dump` on 1.6.20, 1.7.24 and 2.1.9, tests/integration/test_containerd_versions.py).
     """
     plugins = data.get("plugins")
-    if version >= 3 or not isinstance(plugins, dict) or CRI_V1_RUNTIME[1] not in plugins:
-        return CRI_PLUGIN[version]
     major = _major(containerd_version)
+    if version == 1 and major is not None and major >= 2:
+        # containerd 2.x reads none of a version 1 file's [plugins.cri] settings (`config dump` calls them
+        # unknown keys), but it reads io.containerd.cri.v1.runtime tables from it (verified on 2.1.9).
+        return CRI_V1_RUNTIME
+    schema = version
+    if version >= 3 and major is not None and major < 2:
+        if _minor(containerd_version) >= 7:
+            entry = layout.key(("version",))
+            raise ConfigError(
+                "%s: line %s: containerd %s does not start with a version %d file (containerd 1.x reads versions 1 "
+                "and 2; this file was written for containerd 2.x). Write it as a version 2 file (`containerd config "
+                "default` shows the layout) or install containerd 2.x, and run again. The file was left unchanged."
+                % (path, entry.line if entry else "?", _release(containerd_version), version))
+        schema = 2  # containerd 1.6 reads any newer header as version 2: [plugins."io.containerd.grpc.v1.cri"]
+    if schema >= 3 or not isinstance(plugins, dict) or CRI_V1_RUNTIME[1] not in plugins:
+        return CRI_PLUGIN[schema]
     if major is not None and major >= 2:
         return CRI_V1_RUNTIME
     where = _position(layout, CRI_V1_RUNTIME)
-    declared = render_path(CRI_PLUGIN[version], '"')
+    declared = render_path(CRI_PLUGIN[schema], '"')
     if major is None:
         raise ConfigError(
             "%s: %s: this version %d file configures the CRI runtime under [%s], a table only containerd "
@@ -380,8 +399,18 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     new_default = get_path(new_data, edit.default_path)
     plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
                 new_default if isinstance(new_default, str) else "runc", edit.source_name)
-    plan.warnings = edit.warnings
+    plan.warnings = edit.warnings + _ignored_v1_table(data, version, cri, path, containerd_version)
     return plan
+
+
+def _ignored_v1_table(data, version, cri, path, containerd_version):
+    """The warning for a version 1 file whose [plugins.cri] settings the installed containerd 2.x ignores."""
+    if version != 1 or cri != CRI_V1_RUNTIME or not isinstance(get_path(data, CRI_PLUGIN[1]), dict):
+        return []
+    return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings (`containerd config dump` "
+            "lists them as unknown keys), so the runtime was written under [%s], which it reads. Migrate the file "
+            "(`containerd config migrate`) to bring the other [plugins.cri] settings into effect."
+            % (path, _release(containerd_version), render_path(CRI_V1_RUNTIME, '"'))]
 
 
 def _layout(text, path):

@@ -11,7 +11,7 @@ import pytest
 import daemons
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import (
-    default_in_dump, load_dump, runtime_in_dump)
+    compare, default_in_dump, load_dump, runtime_in_dump)
 
 RELEASES = list(daemons.CONTAINERD_RELEASES)
 IDS = ["containerd-%s" % v for v in daemons.CONTAINERD_RELEASES.values()]
@@ -98,3 +98,54 @@ def test_styles_edited_in_place_load_in_containerd(containerd, style, tmp_path):
     restored = plan_runtime_edit(plan.text, "config.toml", state="absent", containerd_version=version)
     assert default_in_dump(dump(dist, restored.text, tmp_path)) == "runc"
     assert runtime_in_dump(dump(dist, restored.text, tmp_path), "nvidia") is None
+
+
+# A version 1 file as containerd 1.x packages and old node images ship it (no header, plugin "cri").
+VERSION_1 = ('root = "/var/lib/containerd"\n[plugins]\n  [plugins.cri]\n    [plugins.cri.containerd]\n'
+             '      snapshotter = "overlayfs"\n      [plugins.cri.containerd.runtimes.runc]\n'
+             '        runtime_type = "io.containerd.runc.v2"\n        [plugins.cri.containerd.runtimes.runc.options]\n'
+             '          SystemdCgroup = true\n')
+
+
+def test_a_version_1_file_is_edited_where_this_containerd_reads(containerd, tmp_path):
+    """containerd 2.x reads none of a version 1 file's [plugins.cri] settings: the runtime goes where it reads."""
+    dist, version = containerd
+    before = dump(dist, VERSION_1, tmp_path)
+    # 1.x runs the file's runc (SystemdCgroup on); 2.x its built-in runc, the file's table being unknown keys.
+    assert runtime_in_dump(before, "runc")["options"]["SystemdCgroup"] is (dist.major < 2)
+    plan = plan_runtime_edit(VERSION_1, "config.toml", binary=BINARY, set_as_default=True, containerd_version=version)
+    after = dump(dist, plan.text, tmp_path)
+    nvidia = runtime_in_dump(after, "nvidia")
+    assert nvidia["options"]["BinaryName"] == BINARY and default_in_dump(after) == "nvidia"
+    assert nvidia["options"].get("SystemdCgroup", False) is (dist.major < 2)  # as containerd ran the runtime pods used
+    assert not compare(before, after, "nvidia")[1]
+    assert any("version 1 file" in warning for warning in plan.warnings) == (dist.major >= 2)
+    restored = plan_runtime_edit(plan.text, "config.toml", state="absent", containerd_version=version)
+    assert restored.text == VERSION_1 and dump(dist, restored.text, tmp_path) == before
+
+
+def test_a_version_3_file_on_containerd_1(containerd, tmp_path):
+    """1.6 reads a version 3 header as version 2 (the grpc.v1.cri table), 1.7 does not start with it."""
+    dist, version = containerd
+    grpc_tables = MIXED.replace("version = 2", "version = 3").replace("io.containerd.cri.v1.runtime",
+                                                                      "io.containerd.grpc.v1.cri")
+    v3_tables = MIXED.replace("version = 2", "version = 3")
+    if dist.version.startswith("1.7"):
+        for text in (grpc_tables, v3_tables):
+            path = tmp_path / "config.toml"
+            path.write_text(text)
+            assert subprocess.run([dist.containerd, "--config", str(path), "config", "dump"], capture_output=True,
+                                  check=False).returncode != 0
+            with pytest.raises(ConfigError, match=r"line 1: containerd 1\.7\.24 does not start with a version 3 file"):
+                plan_runtime_edit(text, "config.toml", binary=BINARY, containerd_version=version)
+        return
+    if dist.major < 2:
+        with pytest.raises(ConfigError, match=r"line 2, column 1: this version 3 file .* which containerd 1\.6\.20 "
+                                              r"ignores"):
+            plan_runtime_edit(v3_tables, "config.toml", binary=BINARY, containerd_version=version)
+    for text in (grpc_tables,) if dist.major < 2 else (v3_tables,):
+        before = dump(dist, text, tmp_path)
+        plan = plan_runtime_edit(text, "config.toml", binary=BINARY, set_as_default=True, containerd_version=version)
+        after = dump(dist, plan.text, tmp_path)
+        assert runtime_in_dump(after, "nvidia")["options"]["BinaryName"] == BINARY
+        assert default_in_dump(after) == "nvidia" and not compare(before, after, "nvidia")[1]

@@ -17,7 +17,7 @@ import os
 import re
 
 import pytest
-from hypothesis import assume, event, given, note
+from hypothesis import assume, event, example, given, note
 from hypothesis import strategies as st
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import Layout
@@ -37,7 +37,11 @@ pytestmark = pytest.mark.skipif(tomllib is None, reason="the generators check th
 
 HERE = os.path.dirname(__file__)
 CORPUS_DIR = os.path.join(HERE, "corpus", "containerd")
-CORPUS = [os.path.join(CORPUS_DIR, n) for n in sorted(os.listdir(CORPUS_DIR))]
+# Files real projects ship (tests/unit/corpus/SOURCES.md), byte for byte: every one is also an explicit example of
+# the properties below, under each containerd version and option, besides being mutated like the others.
+REAL_DIR = os.path.join(HERE, "corpus", "containerd-real")
+REAL = [os.path.join(REAL_DIR, n) for n in sorted(os.listdir(REAL_DIR))]
+CORPUS = [os.path.join(CORPUS_DIR, n) for n in sorted(os.listdir(CORPUS_DIR))] + REAL
 BAD_CORPUS = [os.path.join(HERE, "corpus", "containerd-bad", n)
               for n in sorted(os.listdir(os.path.join(HERE, "corpus", "containerd-bad")))]
 BINARY = "/usr/bin/nvidia-container-runtime"
@@ -387,6 +391,17 @@ options = st.fixed_dictionaries({
 # ---------------------------------------------------------------- the properties
 
 
+def real_world_examples(test):
+    """Every shipped file under every containerd version, with and without set_as_default and cdi."""
+    for path in REAL:
+        for version in (V21, V16, None):
+            for set_as_default in (False, True):
+                for cdi in (False, True):
+                    test = example(read(path), {"name": "nvidia", "set_as_default": set_as_default, "cdi": cdi,
+                                                "containerd_version": version})(test)
+    return test
+
+
 def plan_or_refuse(text, **kwargs):
     try:
         return plan_runtime_edit(text, "/etc/containerd/config.toml", binary=BINARY, **kwargs)
@@ -406,6 +421,11 @@ def document(text):
     return parse(text[1:] if text.startswith(u"\ufeff") else text, "x")
 
 
+def written_builtin(plan):
+    """The runtime a containerd 1.x edit writes out beside ours: the source, or runc for the deprecated table or none."""
+    return "runc" if plan.source_runtime in (None, "default_runtime") else plan.source_runtime
+
+
 def without_edit(data, plan, name, builtin_written, created):
     """The document minus what the edit may change."""
     data = _copy(data)
@@ -419,7 +439,7 @@ def without_edit(data, plan, name, builtin_written, created):
             if isinstance(runtimes, dict):
                 runtimes.pop(name, None)
                 if builtin_written:
-                    runtimes.pop(plan.source_runtime, None)
+                    runtimes.pop(written_builtin(plan), None)
     if created:
         data.pop("version", None)
     return _normal(_pruned(data))
@@ -479,8 +499,8 @@ def check_edit(text, opts):
         assert new["plugins"][plan.cri_path[1]]["enable_cdi"] is True
     old_runtimes = ((original.get("plugins") or {}).get(plan.cri_path[1]) or {}).get("containerd", {}).get(
         "runtimes") or {}
-    builtin_written = (not old_runtimes and plan.source_runtime in runtimes and plan.source_runtime != name
-                       and plan.source_runtime not in old_runtimes)
+    builtin = written_builtin(plan)
+    builtin_written = not old_runtimes and builtin in runtimes and builtin != name
     if builtin_written:
         assert opts["containerd_version"] != V21
     # Exactly the intended change: everything else is the same document.
@@ -518,12 +538,14 @@ def test_property_edit_invariant_on_generated_documents(text, opts):
     check_edit(text, opts)
 
 
+@real_world_examples
 @given(mutated_corpus(), options)
 def test_property_edit_invariant_on_mutated_corpus(text, opts):
     note(repr(text))
     check_edit(text, opts)
 
 
+@real_world_examples
 @given(st.one_of(rendered(), mutated_corpus()), options)
 def test_property_present_then_absent_restores_the_document(text, opts):
     note(repr(text))
@@ -632,6 +654,7 @@ def test_property_new_runtime_is_the_source_as_containerd_runs_it(text, opts, ex
     assert again.text == plan.text
 
 
+@real_world_examples
 @given(st.one_of(rendered(), mutated_corpus()), options)
 def test_property_present_absent_present_round_trips_on_containerd_1(text, opts):
     """containerd 1.x: the runc present writes out, and the tables it adds, go again with absent."""

@@ -377,7 +377,7 @@ def run_action(action, monkeypatch, outputs, node, check_mode=False, **args):
     return result
 
 
-CONTAINERD_FILES = corpus("containerd/*.toml", "containerd-bad/*.toml")
+CONTAINERD_FILES = corpus("containerd/*.toml", "containerd-real/*.toml", "containerd-bad/*.toml")
 
 
 @pytest.fixture(params=CONTAINERD_FILES, ids=lambda f: "/".join(f.split(os.sep)[-2:]))
