@@ -192,6 +192,17 @@ def _release(version):
     return match.group(0) if match else version
 
 
+def _newest_version(containerd_version):
+    """The newest config version the installed containerd starts with, where known (verified: 1.7.24 takes 2,
+    2.1.9 takes 3; 1.6 reads any newer header as 2; version 4 came with containerd 2.3)."""
+    major, minor = _major(containerd_version), _minor(containerd_version)
+    if major == 1 and minor >= 7:
+        return 2
+    if major == 2 and minor <= 1:
+        return 3
+    return None
+
+
 def _minor(version):
     match = re.search(r"\d+\.(\d+)", version or "")
     return int(match.group(1)) if match else 0
@@ -243,15 +254,16 @@ def cri_table(data, version, layout, path, containerd_version):
         # containerd 2.x reads none of a version 1 file's [plugins.cri] settings (`config dump` calls them
         # unknown keys), but it reads io.containerd.cri.v1.runtime tables from it (verified on 2.1.9).
         return CRI_V1_RUNTIME
+    newest = _newest_version(containerd_version)
+    if newest is not None and version > newest:
+        entry = layout.key(("version",))
+        raise ConfigError(
+            "%s: line %s: containerd %s does not start with a version %d file (it reads versions 1 to %d; this "
+            "file was written for a newer containerd). Write it as a version %d file (`containerd config default` "
+            "shows the layout) or install the containerd it was written for, and run again. The file was left "
+            "unchanged." % (path, entry.line if entry else "?", _release(containerd_version), version, newest, newest))
     schema = version
     if version >= 3 and major is not None and major < 2:
-        if _minor(containerd_version) >= 7:
-            entry = layout.key(("version",))
-            raise ConfigError(
-                "%s: line %s: containerd %s does not start with a version %d file (containerd 1.x reads versions 1 "
-                "and 2; this file was written for containerd 2.x). Write it as a version 2 file (`containerd config "
-                "default` shows the layout) or install containerd 2.x, and run again. The file was left unchanged."
-                % (path, entry.line if entry else "?", _release(containerd_version), version))
         schema = 2  # containerd 1.6 reads any newer header as version 2: [plugins."io.containerd.grpc.v1.cri"]
     if schema >= 3 or not isinstance(plugins, dict) or CRI_V1_RUNTIME[1] not in plugins:
         return CRI_PLUGIN[schema]

@@ -136,7 +136,8 @@ def test_a_version_3_file_on_containerd_1(containerd, tmp_path):
             path.write_text(text)
             assert subprocess.run([dist.containerd, "--config", str(path), "config", "dump"], capture_output=True,
                                   check=False).returncode != 0
-            with pytest.raises(ConfigError, match=r"line 1: containerd 1\.7\.24 does not start with a version 3 file"):
+            with pytest.raises(ConfigError, match=r"line 1: containerd 1\.7\.24 does not start with a version 3 file "
+                                                  r"\(it reads versions 1 to 2"):
                 plan_runtime_edit(text, "config.toml", binary=BINARY, containerd_version=version)
         return
     if dist.major < 2:
@@ -149,3 +150,18 @@ def test_a_version_3_file_on_containerd_1(containerd, tmp_path):
         after = dump(dist, plan.text, tmp_path)
         assert runtime_in_dump(after, "nvidia")["options"]["BinaryName"] == BINARY
         assert default_in_dump(after) == "nvidia" and not compare(before, after, "nvidia")[1]
+
+
+def test_a_header_newer_than_containerd_2_1_reads_is_refused(containerd, tmp_path):
+    """containerd 2.1.9 does not start with a version 4 file (containerd 2.3's): refused, not edited."""
+    dist, version = containerd
+    if dist.major < 2:
+        pytest.skip("containerd 1.x and newer headers: test_a_version_3_file_on_containerd_1")
+    text = MIXED.replace("version = 2", "version = 4")
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    assert subprocess.run([dist.containerd, "--config", str(path), "config", "dump"], capture_output=True,
+                          check=False).returncode != 0
+    with pytest.raises(ConfigError, match=r"line 1: containerd 2\.1\.9 does not start with a version 4 file \(it "
+                                          r"reads versions 1 to 3"):
+        plan_runtime_edit(text, "config.toml", binary=BINARY, containerd_version=version)

@@ -52,7 +52,7 @@ CRI = {1: ("plugins", "cri"), 2: ("plugins", "io.containerd.grpc.v1.cri"),
 IMAGES_V3 = ("plugins", "io.containerd.cri.v1.images")
 # Refusals that are the input's (valid but not editable in place, or not read by containerd as meant).
 LEGIT_REFUSALS = ("is written as an inline table", "is an array of tables", "configures the CRI runtime under",
-                  "deprecated `default_runtime` table", "cannot be recorded")
+                  "deprecated `default_runtime` table", "cannot be recorded", "does not start with a version")
 INHERITED = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
 
 
