@@ -4,6 +4,7 @@ Real containerd 1.6.20, 1.7.24 and 2.1.9 (Debian's packages). Proves the editor'
 `version` header disagrees with their plugin IDs, and that the styles it writes in place (dotted keys,
 inline runtimes, CRLF) load in containerd's own TOML parser, not only in Python's.
 """
+import re
 import subprocess
 
 import pytest
@@ -132,13 +133,7 @@ def test_a_version_3_file_on_containerd_1(containerd, tmp_path):
     v3_tables = MIXED.replace("version = 2", "version = 3")
     if dist.version.startswith("1.7"):
         for text in (grpc_tables, v3_tables):
-            path = tmp_path / "config.toml"
-            path.write_text(text)
-            assert subprocess.run([dist.containerd, "--config", str(path), "config", "dump"], capture_output=True,
-                                  check=False).returncode != 0
-            with pytest.raises(ConfigError, match=r"line 1: containerd 1\.7\.24 does not start with a version 3 file "
-                                                  r"\(it reads versions 1 to 2"):
-                plan_runtime_edit(text, "config.toml", binary=BINARY, containerd_version=version)
+            refused_like_containerd(containerd, text, tmp_path, 3, 2)
         return
     if dist.major < 2:
         with pytest.raises(ConfigError, match=r"line 2, column 1: this version 3 file .* which containerd 1\.6\.20 "
@@ -154,14 +149,18 @@ def test_a_version_3_file_on_containerd_1(containerd, tmp_path):
 
 def test_a_header_newer_than_containerd_2_1_reads_is_refused(containerd, tmp_path):
     """containerd 2.1.9 does not start with a version 4 file (containerd 2.3's): refused, not edited."""
-    dist, version = containerd
-    if dist.major < 2:
+    if containerd[0].major < 2:
         pytest.skip("containerd 1.x and newer headers: test_a_version_3_file_on_containerd_1")
-    text = MIXED.replace("version = 2", "version = 4")
+    refused_like_containerd(containerd, MIXED.replace("version = 2", "version = 4"), tmp_path, 4, 3)
+
+
+def refused_like_containerd(containerd, text, tmp_path, header, newest):
+    """containerd does not start with TEXT, and the editor refuses it, saying so."""
+    dist, version = containerd
     path = tmp_path / "config.toml"
     path.write_text(text)
     assert subprocess.run([dist.containerd, "--config", str(path), "config", "dump"], capture_output=True,
                           check=False).returncode != 0
-    with pytest.raises(ConfigError, match=r"line 1: containerd 2\.1\.9 does not start with a version 4 file \(it "
-                                          r"reads versions 1 to 3"):
+    with pytest.raises(ConfigError, match=r"line 1: containerd %s does not start with a version %d file \(it reads "
+                                          r"versions 1 to %d" % (re.escape(dist.version), header, newest)):
         plan_runtime_edit(text, "config.toml", binary=BINARY, containerd_version=version)
