@@ -15,6 +15,7 @@ import tomlkit
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config as cc
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import toml_reader
 from ansible_collections.gpunode.nvidia.plugins.modules import crio_runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -89,6 +90,20 @@ def test_unreadable_dropins_are_reported_not_fatal(crio_dir):
     assert [(os.path.basename(i["file"]), i["line"]) for i in issues] == [("99-zz-bad.conf", 2),
                                                                           ("99-zz-latin1.conf", None)]
     assert "not valid TOML" in issues[0]["message"] and "not UTF-8" in issues[1]["message"]
+
+
+@pytest.mark.parametrize("escape", ["\\U0011FFFF", "\\uD800", "\\u12G4"])
+@pytest.mark.parametrize("quote", ['"', '"""'])
+@pytest.mark.parametrize("use_tomllib", [True, False])
+def test_an_escape_naming_no_character_is_reported_with_its_line(crio_dir, escape, quote, use_tomllib, monkeypatch):
+    """Past U+10FFFF, a surrogate, not hex: TOML refuses each, in basic and multi-line strings alike."""
+    if not use_tomllib:
+        monkeypatch.setattr(toml_reader, "tomllib", None)
+    (crio_dir / "crio.conf.d" / "99-zz-bad.conf").write_text(
+        '[crio.runtime.runtimes.crun]\nruntime_path = %s/usr/bin/%scrun%s\n' % (quote, escape, quote))
+    issues = cc.find_overrides(ours(crio_dir), str(crio_dir / "crio.conf"), "nvidia", False, "present")
+    assert [(os.path.basename(i["file"]), i["line"]) for i in issues] == [("99-zz-bad.conf", 2)]
+    assert "not valid TOML" in issues[0]["message"]
 
 
 @pytest.fixture

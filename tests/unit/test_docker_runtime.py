@@ -631,6 +631,20 @@ def test_nesting_within_the_limit_is_edited():
     assert json.loads(edit(text))["a"] == json.loads(nested)
 
 
+@pytest.mark.parametrize("number, column", [("NaN", 21), ("-Infinity", 22), ("Infinity", 21)])
+def test_numbers_go_refuses_are_refused_where_they_are(number, column):
+    """Python's json reads NaN and Infinity; dockerd's Go decoder refuses them and does not start."""
+    text = '{\n  "max-concurrent": %s,\n  "labels": ["NaN", "Infinity"]\n}\n' % number
+    with pytest.raises(dc.DockerConfigError, match=r"%s at line 2 column %d is not a JSON number"
+                       % (number.lstrip("-"), column)):
+        edit(text)
+
+
+def test_nan_inside_a_string_is_a_string():
+    text = '{\n  "labels": ["NaN", "Infinity", "\\"NaN"]\n}\n'
+    assert json.loads(edit(text))["labels"] == ["NaN", "Infinity", '"NaN']
+
+
 def test_unexpected_error_is_a_clean_failure(capsys, daemon_json, tmp_path, monkeypatch):
     def broken(*_args, **_kwargs):
         raise AttributeError("'NoneType' object has no attribute 'x'")

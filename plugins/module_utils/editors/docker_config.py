@@ -81,7 +81,7 @@ def parse_daemon_json(text, path):
     body = text[1:] if text.startswith(BOM) else text
     if not body.strip():
         return OrderedDict()
-    _check_nesting(body, path)
+    _check_scan(body, path)
     try:
         data = json.loads(body, object_pairs_hook=OrderedDict)
     except ValueError as exc:
@@ -100,8 +100,9 @@ def parse_daemon_json(text, path):
     return data
 
 
-def _check_nesting(body, path):
-    """Refuse objects/arrays nested deeper than MAX_NESTING, naming where (no recursion here)."""
+def _check_scan(body, path):
+    """Refuse, naming where (no recursion here), objects/arrays nested deeper than MAX_NESTING and the
+    NaN/Infinity numbers that Python's json reads but dockerd's Go decoder does not."""
     depth, pos, length = 0, 0, len(body)
     while pos < length:
         char = body[pos]
@@ -109,6 +110,11 @@ def _check_nesting(body, path):
             pos += 1
             while pos < length and body[pos] != '"':
                 pos += 2 if body[pos] == "\\" else 1
+        elif char in "NI" and body.startswith(("NaN", "Infinity"), pos):
+            raise DockerConfigError(
+                "%s is not valid JSON: %s at line %d column %d is not a JSON number, and dockerd does not "
+                "start with it. Fix the file by hand; it was left untouched."
+                % ((path, "NaN" if char == "N" else "Infinity") + line_col(body, pos)))
         elif char in "[{":
             depth += 1
             if depth > MAX_NESTING:

@@ -228,7 +228,10 @@ class _Reader(object):
         match = NUMBER.match(self.text, self.pos)
         if match:
             self.pos = match.end()
-            return _number(match.group(0))
+            try:
+                return _number(match.group(0))
+            except ValueError:  # underscores only after a prefix, "0x_"
+                self.error("not a number")
         self.error("cannot read the value %r" % self.text[self.pos:self.pos + 20])
 
     def basic_string(self):
@@ -254,13 +257,11 @@ class _Reader(object):
             return ESCAPES[code]
         if code in ("u", "U"):
             width = 4 if code == "u" else 8
-            digits = self.text[self.pos + 2:self.pos + 2 + width]
-            try:
-                value = int(digits, 16)
-            except ValueError:
-                self.error("bad unicode escape")
+            char = _unicode_scalar(self.text[self.pos + 2:self.pos + 2 + width], width)
+            if char is None:
+                self.error("bad unicode escape (%d hex digits of a Unicode scalar value expected)" % width)
             self.pos += 2 + width
-            return chr(value)
+            return char
         self.error("bad escape \\%s" % code)
 
     def literal_string(self):
@@ -286,7 +287,10 @@ class _Reader(object):
         if quote == "'''":
             return raw
         raw = re.sub(r"\\[ \t]*\n\s*", "", raw)  # line-ending backslash
-        return re.sub(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", _unescape, raw)
+        try:
+            return re.sub(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", _unescape, raw)
+        except ValueError as exc:  # an escape naming no character
+            self.error(str(exc))
 
     def array(self):
         self.pos += 1
@@ -327,11 +331,26 @@ class _Reader(object):
             self.skip_blank()
 
 
+def _unicode_scalar(digits, width):
+    """The character WIDTH hex digits name, or None where TOML refuses them (not hex, a surrogate, past U+10FFFF)."""
+    if len(digits) != width or not re.match(r"[0-9A-Fa-f]+$", digits):
+        return None
+    value = int(digits, 16)
+    if 0xD800 <= value <= 0xDFFF or value > 0x10FFFF:
+        return None
+    return chr(value)
+
+
 def _unescape(match):
     code = match.group(1)
     if code[0] in "uU":
-        return chr(int(code[1:], 16))
-    return ESCAPES.get(code, "\\" + code)
+        char = _unicode_scalar(code[1:], len(code) - 1)
+        if char is None:
+            raise ValueError("bad unicode escape \\%s" % code)
+        return char
+    if code not in ESCAPES:
+        raise ValueError("bad escape \\%s" % code)
+    return ESCAPES[code]
 
 
 def _number(text):
