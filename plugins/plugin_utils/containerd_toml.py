@@ -411,12 +411,18 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     new_default = get_path(new_data, edit.default_path)
     plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
                 new_default if isinstance(new_default, str) else "runc", edit.source_name)
-    plan.warnings = edit.warnings + _ignored_v1_table(data, version, cri, path, containerd_version)
+    plan.warnings = edit.warnings + _v1_file_warnings(data, version, cri, path, containerd_version)
     return plan
 
 
-def _ignored_v1_table(data, version, cri, path, containerd_version):
-    """The warning for a version 1 file whose [plugins.cri] settings the installed containerd 2.x ignores."""
+def _v1_file_warnings(data, version, cri, path, containerd_version):
+    """A version 1 file's warnings: its [plugins.cri] settings are ignored by the installed containerd 2.x, or
+    may be (its version is unknown)."""
+    if version == 1 and cri == CRI_PLUGIN[1] and _major(containerd_version) is None:
+        return ["%s is a version 1 file and the installed containerd's version is unknown, so it was edited where "
+                "containerd 1.x reads it ([plugins.cri]). containerd 2.x ignores every [plugins.cri] setting of a "
+                "version 1 file: on a containerd 2.x node, let the module find containerd (containerd_binary) and "
+                "run again, or migrate the file (`containerd config migrate`)." % path]
     if version != 1 or cri != CRI_V1_RUNTIME or not isinstance(get_path(data, CRI_PLUGIN[1]), dict):
         return []
     return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings (`containerd config dump` "

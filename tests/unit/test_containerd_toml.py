@@ -141,6 +141,19 @@ def test_v1_uses_plugin_cri():
     assert plan.data["plugins"]["cri"]["containerd"]["default_runtime_name"] == "nvidia"
 
 
+@pytest.mark.parametrize("containerd_version, warned", [
+    (None, "version is unknown, so it was edited where containerd 1.x reads it"),
+    (V16, None),
+    (V21, "containerd 2.1.9 ignores its [plugins.cri]")])
+def test_a_version_1_file_says_which_containerd_it_was_edited_for(containerd_version, warned):
+    """containerd 2.x ignores a version 1 file's [plugins.cri]: where the version is unknown, the run says so."""
+    for state in ("present", "absent"):
+        plan = plan_runtime_edit(read("v1-legacy.toml"), "x", binary=BINARY, state=state,
+                                 containerd_version=containerd_version)
+        found = [w for w in plan.warnings if "version 1 file" in w]
+        assert (found == []) if warned is None else (len(found) == 1 and warned in found[0])
+
+
 @pytest.mark.parametrize("containerd_version,version", [
     ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", 2),
     ("containerd github.com/containerd/containerd/v2 2.1.9+unknown", 3),
