@@ -411,11 +411,11 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     new_default = get_path(new_data, edit.default_path)
     plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
                 new_default if isinstance(new_default, str) else "runc", edit.source_name)
-    plan.warnings = edit.warnings + _v1_file_warnings(data, version, cri, path, containerd_version)
+    plan.warnings = edit.warnings + _v1_file_warnings(data, version, cri, path, containerd_version, name, state)
     return plan
 
 
-def _v1_file_warnings(data, version, cri, path, containerd_version):
+def _v1_file_warnings(data, version, cri, path, containerd_version, name, state):
     """A version 1 file's warnings: its [plugins.cri] settings are ignored by the installed containerd 2.x, or
     may be (its version is unknown)."""
     if version == 1 and cri == CRI_PLUGIN[1] and _major(containerd_version) is None:
@@ -425,10 +425,18 @@ def _v1_file_warnings(data, version, cri, path, containerd_version):
                 "run again, or migrate the file (`containerd config migrate`)." % path]
     if version != 1 or cri != CRI_V1_RUNTIME or not isinstance(get_path(data, CRI_PLUGIN[1]), dict):
         return []
-    return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings (`containerd config dump` "
-            "lists them as unknown keys), so the runtime was written under [%s], which it reads. Migrate the file "
-            "(`containerd config migrate`) to bring the other [plugins.cri] settings into effect."
-            % (path, _release(containerd_version), render_path(CRI_V1_RUNTIME, '"'))]
+    where = render_path(CRI_V1_RUNTIME, '"')
+    if state == "present":
+        return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings (`containerd config dump` "
+                "lists them as unknown keys), so the runtime was written under [%s], which it reads. Migrate the "
+                "file (`containerd config migrate`) to bring the other [plugins.cri] settings into effect."
+                % (path, _release(containerd_version), where)]
+    if not isinstance(get_path(data, CRI_PLUGIN[1] + ("containerd", "runtimes", name)), dict):
+        return []
+    return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings, so %s is not in effect there "
+            "and was removed only from [%s], which it reads. Its [plugins.cri] table still defines %s: "
+            "`containerd config migrate` would bring it back into effect. Remove that table by hand before "
+            "migrating the file." % (path, _release(containerd_version), name, where, name)]
 
 
 def _layout(text, path):

@@ -145,13 +145,25 @@ def test_v1_uses_plugin_cri():
     (None, "version is unknown, so it was edited where containerd 1.x reads it"),
     (V16, None),
     (V21, "containerd 2.1.9 ignores its [plugins.cri]")])
-def test_a_version_1_file_says_which_containerd_it_was_edited_for(containerd_version, warned):
+@pytest.mark.parametrize("state", ["present", "absent"])
+def test_a_version_1_file_says_which_containerd_it_was_edited_for(containerd_version, warned, state):
     """containerd 2.x ignores a version 1 file's [plugins.cri]: where the version is unknown, the run says so."""
-    for state in ("present", "absent"):
-        plan = plan_runtime_edit(read("v1-legacy.toml"), "x", binary=BINARY, state=state,
-                                 containerd_version=containerd_version)
-        found = [w for w in plan.warnings if "version 1 file" in w]
-        assert (found == []) if warned is None else (len(found) == 1 and warned in found[0])
+    plan = plan_runtime_edit(read("v1-legacy.toml"), "x", binary=BINARY, state=state,
+                             containerd_version=containerd_version)
+    found = [w for w in plan.warnings if "version 1 file" in w]
+    if warned is None or (state == "absent" and containerd_version == V21):  # no nvidia under [plugins.cri]
+        assert found == []
+    else:
+        assert len(found) == 1 and warned in found[0]
+
+
+def test_absent_on_containerd_2_names_the_ignored_v1_table_that_migrate_would_bring_back():
+    """nvidia-ctk's version 1 file on containerd 2.x: [plugins.cri]'s nvidia is ignored, not removed."""
+    text = read("v1-legacy.toml") + ('\n[plugins.cri.containerd.runtimes.nvidia]\n  runtime_type = '
+                                     '"io.containerd.runc.v2"\n')
+    plan = plan_runtime_edit(text, "x", binary=BINARY, state="absent", containerd_version=V21)
+    assert not plan.changed
+    assert any("still defines nvidia: `containerd config migrate` would bring it back" in w for w in plan.warnings)
 
 
 @pytest.mark.parametrize("containerd_version,version", [
