@@ -218,6 +218,15 @@ def test_malformed_json_names_line_and_column(text, where):
     assert where in str(err.value)
 
 
+@pytest.mark.parametrize("text", ["null\n", " null", "\ufeffnull\r\n"])
+def test_a_null_file_is_no_settings_as_for_dockerd(text):
+    """dockerd 26.1 and 28.5 start with a daemon.json of `null` (no settings): it becomes the object."""
+    written = edit(text)
+    assert json.loads(written.lstrip("\ufeff")) == {"runtimes": {"nvidia": {"path": NCR}}}
+    assert written.startswith("\ufeff") == text.startswith("\ufeff")
+    assert edit(text, state="absent") == text
+
+
 @pytest.mark.parametrize("text,expected", [
     ('["a"]\n', "JSON object at the top level, found an array"),
     ('{\n  "runtimes": ["nvidia"]\n}\n', "runtimes is an array; dockerd expects an object"),

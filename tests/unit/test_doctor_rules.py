@@ -595,6 +595,23 @@ def test_config_unreadable(tmp_path, reader):
     assert "config-unreadable" not in diagnose(kubeadm_with_nvidia(tmp_path / "ok").root)[0]
 
 
+@pytest.mark.parametrize("text, line", [
+    ('\ufeff{"log-driver": "json-file"}\n', None),  # dockerd 26.1 and 28.5 skip the BOM
+    ("null\n", None), ("{}", None), ("", None),       # and start with these (no settings)
+    ('{\n  "max-concurrent-downloads": NaN\n}\n', 2),  # dockerd refuses NaN and Infinity
+    ('{\n  "log-driver": "json-file",\n}\n', 3),
+])
+def test_daemon_json_is_unreadable_exactly_when_dockerd_cannot_read_it(tmp_path, reader, text, line):
+    tree = build(tmp_path, "kubeadm-docker-cri-dockerd")
+    tree.file("/etc/docker/daemon.json", text)
+    fired, _unused = diagnose(tmp_path)
+    if line is None:
+        assert "config-unreadable" not in fired
+    else:
+        (item,) = fired["config-unreadable"]
+        assert item["evidence"][0]["line"] == line and "not valid JSON" in item["message"]
+
+
 def test_a_failing_rule_is_a_finding_and_the_others_still_run(tmp_path, reader, monkeypatch):
     build(tmp_path, "kubeadm-containerd")
     broken = doctor_rules.Rule("nouveau-loaded", "critical", "I6", "t", lambda rule, ctx: 1 / 0)

@@ -88,6 +88,19 @@ def test_three_instances_docker_uses_the_distro_containerd(tmp_path):
     assert facts["target"]["platform"] == "k8s-snap"
 
 
+@pytest.mark.parametrize("text, note", [
+    ("{}", None), ("", None), ("null\n", None), ('\ufeff{"log-driver": "local"}', None),
+    ('{\n  "debug": true,,\n}', "/etc/docker/daemon.json line 2: not valid JSON"),
+])
+def test_daemon_json_is_read_as_dockerd_reads_it(tmp_path, text, note):
+    """A BOM, an empty file, `null` (dockerd starts with each) are no invalid JSON; a broken file is named."""
+    tree, _expect = node_trees.build("kubeadm-docker-cri-dockerd", tmp_path)
+    tree.file("/etc/docker/daemon.json", text)
+    docker = by_id(discovery.gather(str(tmp_path)), "docker:/run/docker.sock")
+    found = [n for n in docker["notes"] if "daemon.json" in n]
+    assert found == ([] if note is None else [found[0]]) and (note is None or found[0].startswith(note))
+
+
 def test_docker_managed_containerd_is_reported_not_targeted(tmp_path):
     facts, _expect = facts_for(tmp_path, "docker-managed-containerd")
     private = by_id(facts, "containerd:/var/run/docker/containerd/containerd.sock")

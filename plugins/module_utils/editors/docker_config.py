@@ -49,7 +49,16 @@ _Object = namedtuple("_Object", "start end members")
 
 
 class DockerConfigError(Exception):
-    """A daemon.json the module must not touch; the message says where and why."""
+    """A daemon.json the module must not touch; the message says where and why.
+
+    For a file dockerd cannot read either, `line` and `reason` say the same for a reader that only reports it
+    (the doctor's view of the node): the reason names no path and quotes nothing of the file.
+    """
+
+    def __init__(self, message, line=None, reason=None):
+        Exception.__init__(self, message)
+        self.line = line
+        self.reason = reason or message
 
 
 def line_col(text, pos):
@@ -77,7 +86,8 @@ def _json_type(value):
 
 
 def parse_daemon_json(text, path):
-    """Parse daemon.json text (key order kept); an empty file is an empty object."""
+    """Parse daemon.json text as dockerd reads it (key order kept): a UTF-8 BOM is skipped, and an empty file
+    or a top-level `null` is an empty object (dockerd 26.1 and 28.5 start with each)."""
     body = text[1:] if text.startswith(BOM) else text
     if not body.strip():
         return OrderedDict()
@@ -90,13 +100,15 @@ def parse_daemon_json(text, path):
         msg = getattr(exc, "msg", str(exc))
         raise DockerConfigError(
             "%s is not valid JSON: %s at line %s column %s. Fix the file by hand; "
-            "it was left untouched." % (path, msg, line, col)
-        )
+            "it was left untouched." % (path, msg, line, col),
+            line, "not valid JSON: %s at column %s" % (msg, col))
+    if data is None:
+        return OrderedDict()
     if not isinstance(data, dict):
         raise DockerConfigError(
             "%s must hold a JSON object at the top level, found %s. Fix the file by hand; "
-            "it was left untouched." % (path, _json_type(data))
-        )
+            "it was left untouched." % (path, _json_type(data)),
+            1, "not a JSON object at the top level (found %s)" % _json_type(data))
     return data
 
 
@@ -111,17 +123,20 @@ def _check_scan(body, path):
             while pos < length and body[pos] != '"':
                 pos += 2 if body[pos] == "\\" else 1
         elif char in "NI" and body.startswith(("NaN", "Infinity"), pos):
+            word, (line, col) = "NaN" if char == "N" else "Infinity", line_col(body, pos)
             raise DockerConfigError(
                 "%s is not valid JSON: %s at line %d column %d is not a JSON number, and dockerd does not "
-                "start with it. Fix the file by hand; it was left untouched."
-                % ((path, "NaN" if char == "N" else "Infinity") + line_col(body, pos)))
+                "start with it. Fix the file by hand; it was left untouched." % (path, word, line, col),
+                line, "not valid JSON: %s at column %d is not a JSON number" % (word, col))
         elif char in "[{":
             depth += 1
             if depth > MAX_NESTING:
+                line, col = line_col(body, pos)
                 raise DockerConfigError(
                     "%s nests objects or arrays more than %d levels deep at line %d column %d; dockerd "
                     "needs a few levels only. Fix the file by hand; it was left untouched."
-                    % ((path, MAX_NESTING) + line_col(body, pos)))
+                    % (path, MAX_NESTING, line, col),
+                    line, "objects or arrays nested more than %d levels deep at column %d" % (MAX_NESTING, col))
         elif char in "]}":
             depth -= 1
         pos += 1
@@ -343,10 +358,11 @@ def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=F
         _check_object(data, keys, path)
     bom = BOM if text.startswith(BOM) else ""
     body = text[len(bom):]
-    if not body.strip():
+    if not data:
         if state == "absent":
             return text
-        body = "{}" + _newline(body or "\n")
+        if not body.strip() or body.strip() == "null":  # nothing to keep: the object replaces them
+            body = "{}" + _newline(body or "\n")
     indent = detect_indent(body)
 
     if state == "present":

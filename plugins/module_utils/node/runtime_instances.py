@@ -19,10 +19,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import re
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
+    DockerConfigError, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     binary_version, flag_value, normalize_socket, processes, split_args, unit)
 
@@ -308,7 +309,7 @@ def _with_unit(instance, svc):
 def docker_instance(node, argv):
     config = flag_value(argv, ("--config-file",)) or "/etc/docker/daemon.json"
     text = node.read(config)
-    data = _json_or_empty(text)
+    data, error = _daemon_json(text, config)
     hosts = [flag_value(argv, ("-H", "--host"))] + list(data.get("hosts") or [])
     socket = next((h for h in hosts if h and h.startswith("unix://")), None)
     if socket is None and any(h and h.startswith("fd://") for h in hosts):
@@ -318,17 +319,17 @@ def docker_instance(node, argv):
                             config_path=config, config_exists=text is not None, edit_path=config,
                             binary="/usr/bin/dockerd")
     instance["containerd_socket"] = flag_value(argv, ("--containerd",)) or data.get("containerd")
-    if text is not None and not data:
-        instance["notes"].append("%s is not valid JSON" % config)
+    if error:
+        instance["notes"].append("%s line %s: %s" % (config, error.line, error.reason))
     return instance
 
 
-def _json_or_empty(text):
+def _daemon_json(text, path):
+    """daemon.json as dockerd reads it, and the error that stops dockerd reading it (the data is then empty)."""
     try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        return parse_daemon_json(text or "", path), None
+    except DockerConfigError as exc:
+        return {}, exc
 
 
 def crio_instance(node, argv):

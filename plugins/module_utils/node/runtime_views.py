@@ -26,11 +26,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import fnmatch
-import json
 import os
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient, default_runtime_from_status, runtimes_from_status)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
+    DockerConfigError, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import SEARCH_DIRS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
@@ -351,12 +352,9 @@ def docker_files(node, instance, view):
     if text is None:
         return
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        view["config_error"] = {"path": path, "line": getattr(exc, "lineno", None), "message": str(exc)}
-        return
-    if not isinstance(data, dict):
-        view["config_error"] = {"path": path, "line": 1, "message": "daemon.json is not a JSON object"}
+        data = parse_daemon_json(text, path)  # as dockerd reads it: BOM skipped, NaN refused, `null` empty
+    except DockerConfigError as exc:
+        view["config_error"] = {"path": path, "line": exc.line, "message": exc.reason}
         return
     for name, runtime in (data.get("runtimes") or {}).items():
         runtime = runtime if isinstance(runtime, dict) else {}
