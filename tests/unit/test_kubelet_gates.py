@@ -142,6 +142,45 @@ def test_unsafe_kubelet_configs_are_refused_naming_the_line(text, line, what):
     assert what in str(refused.value) and "run again" in str(refused.value)
 
 
+@pytest.mark.parametrize("written", ["t", "1", '"true"', "y", "T"])
+def test_a_gate_value_that_is_no_yaml_boolean_is_rewritten(written):
+    """featureGates is a map of booleans: kubelet does not start with "t", 1 or a quoted "true" there."""
+    text = "kind: KubeletConfiguration\nfeatureGates:\n  %s: %s  # why\n" % (GATE, written)
+    after = kg.edit("kubelet_config", "/var/lib/kubelet/config.yaml", text, GATES)
+    assert after == "kind: KubeletConfiguration\nfeatureGates:\n  %s: true  # why\n" % GATE
+    assert yaml.safe_load(after)["featureGates"] == GATES
+
+
+@pytest.mark.parametrize("kind, text, line, what", [
+    ("rancher", 'kubelet-arg:\n  - "max-pods=250\nx: feature-gates=A=true"\n', 2, "cannot read the quoted value"),
+    ("rancher", 'kubelet-arg:\n  - "max-pods=250\nfeature-gates=A=true"\n', 3, "not a plain `key:` or `- item`"),
+    ("rancher", 'kubelet-arg:\n  - &arg "max-pods=250"\n', 2, 'one "flag=value" item per line'),
+    ("rancher", '!!str kubelet-arg:\n  - "max-pods=250"\n', 1, "not a plain `key:` or `- item`"),
+    ("kubelet_config", "kind: KubeletConfiguration\nfeatureGates:\n  %s: \"tr\nx: ue\"\n" % GATE, 3,
+     "cannot read the quoted value"),
+    ("kubelet_config", "kind: KubeletConfiguration\n? featureGates\n: {}\n", 2, "not a plain `key:` or `- item`"),
+    ("kubelet_config", "kind: KubeletConfiguration\nclusterDNS: [10.96.0.10\nmemorySwap: {}\n", 3, "not valid YAML"),
+])
+def test_yaml_a_line_edit_cannot_read_is_refused_naming_the_line(kind, text, line, what):
+    """A value continued on the next line, tags, anchors, complex keys; where PyYAML exists, any invalid YAML."""
+    with pytest.raises(kg.GateError) as refused:
+        kg.edit(kind, "/x/config.yaml", text, GATES)
+    assert "/x/config.yaml line %d: " % line in str(refused.value) and what in str(refused.value)
+
+
+def test_without_pyyaml_on_the_node_the_line_checks_alone_decide(monkeypatch):
+    monkeypatch.setattr(kg, "yaml", None)
+    text = "kind: KubeletConfiguration\nclusterDNS: [10.96.0.10\nmemorySwap: {}\n"
+    assert kg.edit("kubelet_config", "/x/config.yaml", text, GATES).endswith("featureGates:\n  %s: true\n" % GATE)
+
+
+def test_an_edit_that_would_change_more_than_the_gates_is_refused(monkeypatch):
+    """The post-condition, where PyYAML exists: the edited file reads as the old one with the gates set."""
+    monkeypatch.setitem(kg.EDITORS, "kubelet_config", lambda path, text, gates: text + "extra: 1\n")
+    with pytest.raises(kg.GateError, match="would change more than the gates in this file"):
+        kg.edit("kubelet_config", "/x/config.yaml", "kind: KubeletConfiguration\n", GATES)
+
+
 def test_rancher_flow_list_and_escaped_items_are_refused():
     with pytest.raises(kg.GateError, match=r"line 1: kubelet-arg is written inline \(\[\"max-pods=1\"\]\)"):
         kg.edit("rancher", "/etc/rancher/k3s/config.yaml", 'kubelet-arg: ["max-pods=1"]\n', GATES)

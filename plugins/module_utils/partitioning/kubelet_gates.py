@@ -21,14 +21,23 @@ __metaclass__ = type
 
 import re
 
+try:  # PyYAML, where the node has it (cloud-init needs it): then a real YAML parser checks every edit
+    import yaml
+except ImportError:  # pragma: no cover - depends on the node
+    yaml = None
+
 RANCHER_CONFIG = "/etc/rancher/%s/config.yaml"
 SNAP_ARGS = {"microk8s": "/var/snap/microk8s/current/args/kubelet", "k8s-snap": "/var/snap/k8s/common/args/kubelet"}
 # The unit that runs the kubelet, to restart after an edit; k3s and RKE2 embed it (and containerd) in their
 # own service, which is never restarted for a gate (it would restart containerd too).
 KUBELET_SERVICE = {"microk8s": "snap.microk8s.daemon-kubelite", "k8s-snap": "snap.k8s.kubelet"}
-# Go's strconv.ParseBool, which reads --feature-gates values; YAML's true/false spellings kubelet accepts.
+# Go's strconv.ParseBool, which reads --feature-gates values (flags and k3s's kubelet-arg items).
 TRUE_WORDS = ("1", "t", "T", "true", "True", "TRUE")
 FALSE_WORDS = ("0", "f", "F", "false", "False", "FALSE")
+# A KubeletConfiguration's featureGates values are YAML booleans: "t" or 1 there is no boolean, and kubelet does
+# not start with it. y/n, booleans to some YAML readers only, are rewritten too.
+YAML_TRUE_WORDS = ("true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON")
+YAML_FALSE_WORDS = ("false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF")
 _CONTENT = re.compile(r"^([ ]*)(?!#)(\S)")
 _COMMENT = re.compile(r"\s+#.*$")
 
@@ -156,7 +165,15 @@ def check_plain_yaml(path, lines):
             raise GateError("%s line %d: the file is not a block-style YAML mapping at its first column (JSON, flow "
                             "style or a list): it is left as it was. Rewrite it in block style, one key per line, "
                             "and run again." % (path, number))
+        if not indent and not _TOP_LINE.match(body):
+            raise GateError("%s line %d: a line at the first column that is not a plain `key:` or `- item` (a tag, "
+                            "anchor or complex key, or a value continued from the line above): the gate cannot be "
+                            "placed safely. Write it as `key: value` on one line, and run again." % (path, number))
         seen = True
+
+
+# A top-level line: a key, plain or quoted whole, then `:`; or a list item of the key above.
+_TOP_LINE = re.compile(r"""^(?:"[^"\\]*"|'[^']*'|[^\s"'!&*?|>%@`{}\[\],#-]|-\S).*?:(?:\s|$)|^-(?:\s|$)""")
 
 
 def top_key(path, lines, key):
@@ -244,7 +261,8 @@ def set_value(path, line, index, on):
     if value[:1] in ("&", "*", "!"):
         raise GateError("%s line %d: the gate's value uses an anchor, alias or tag (%s): write true or false, and "
                         "run again." % (path, index + 1, value))
-    if same(value, on):
+    unquote(value, "%s line %d" % (path, index + 1))  # a quote left open continues on the next line
+    if value in (YAML_TRUE_WORDS if on else YAML_FALSE_WORDS):
         return line
     return line[:start] + ("" if value else " ") + word(on) + line[end:]
 
@@ -269,9 +287,11 @@ def edit_rancher_config(path, text, gates):
     items = []
     for index in members:
         match = _ITEM.match(lines[index].rstrip("\r\n"))
-        if not match or content(lines[index])[0] != content(lines[members[0]])[0]:
+        if not match or content(lines[index])[0] != content(lines[members[0]])[0] or \
+                item_text(lines[index])[:1] in ("&", "*", "!", "[", "{", "|", ">"):
             raise GateError("%s line %d: kubelet-arg holds something other than one \"flag=value\" item per line: "
                             "write it so, and run again." % (path, index + 1))
+        unquote(item_text(lines[index]), "%s line %d" % (path, index + 1))  # an open quote continues below
         items.append(index)
     gate_items = [i for i in items if _FLAG.match(unquote(item_text(lines[i]), "%s line %d" % (path, i + 1))[1])]
     if not gate_items:
@@ -336,7 +356,55 @@ def edit(kind, path, text, gates):
     """The new text of path; `text` itself when the gates are set already (a second edit is a no-op)."""
     after = EDITORS[kind](path, text, gates)
     # The appended newline of a last line without one is not a change of its own.
-    return text if after.rstrip("\r\n") == text.rstrip("\r\n") else after
+    if after.rstrip("\r\n") == text.rstrip("\r\n"):
+        return text
+    if kind != "args" and yaml is not None:
+        _check_with_yaml(kind, path, text, after, gates)
+    return after
+
+
+def _check_with_yaml(kind, path, before, after, gates):
+    """The file is YAML its reader starts with, and the edit changes nothing but the gates (PyYAML's reading)."""
+    try:
+        old = yaml.safe_load(before) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        # No parser message: it may quote the file (a k3s config holds the cluster's join token).
+        raise GateError("%s line %s: not valid YAML, so %s does not start with it as it is; nothing was written. "
+                        "Fix the file, and run again." % (path, mark.line + 1 if mark else "?",
+                                                          "k3s/RKE2" if kind == "rancher" else "kubelet"))
+    try:
+        new = yaml.safe_load(after)
+    except yaml.YAMLError:
+        new = None
+    if not isinstance(old, dict) or new != _expected(kind, old, new, gates):
+        raise GateError("%s: placing the gates by line would change more than the gates in this file (a YAML shape "
+                        "the edit does not handle); nothing was written. Write the file in plain block style, one "
+                        "key per line, or set the gates by hand, and run again." % path)
+
+
+def _expected(kind, old, new, gates):
+    """What the edited file must read as: `old` with the gates set (and nothing else changed)."""
+    expected = dict(old)
+    if kind == "kubelet_config":
+        wanted = dict(old.get("featureGates") or {})
+        wanted.update(gates)
+        expected["featureGates"] = wanted
+        return expected
+    items = new.get("kubelet-arg") if isinstance(new, dict) else None
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        return None
+    kept = [item for item in items if not _FLAG.match(item)]
+    if kept != [item for item in (old.get("kubelet-arg") or []) if not _FLAG.match(str(item))]:
+        return None
+    effective = {}
+    for item in items:
+        if _FLAG.match(item):
+            effective.update(entry.strip().partition("=")[::2] for entry in _FLAG.match(item).group(1).split(","))
+    if not all(same(effective.get(name, "").strip(), on) for name, on in gates.items()):
+        return None
+    expected["kubelet-arg"] = items
+    return expected
 
 
 # --- the kubelet's version ---------------------------------------------------------------------------
