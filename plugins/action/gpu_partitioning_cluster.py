@@ -99,7 +99,9 @@ class ActionModule(ValidatedAction):
 
     def _sharing(self, core, args):
         """The ConfigMap with every named config, the node's selection label, and the allocatable to expect."""
-        configs, selected = args["sharing_configs"], args["sharing_config"]
+        # Names as the ConfigMap keys and the node label hold them (YAML may read a name such as 2 as a number).
+        configs = dict((str(name), config) for name, config in args["sharing_configs"].items())
+        selected = args["sharing_config"]
         if selected not in configs:
             raise dpc.SharingError("sharing config %r is not among gpu_partitioning_sharing_configs (%s)"
                                    % (selected, ", ".join(sorted(configs)) or "none given"))

@@ -47,12 +47,12 @@ def render(config, where="sharing config"):
     if not isinstance(config, dict):
         raise SharingError("%s must be a mapping, got %r" % (where, config))
     strategy = config.get("strategy")
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise SharingError("%s: strategy must be time-slicing or mps, got %r" % (where, strategy))
     rendered = {"version": "v1"}
     mig_strategy = config.get("mig_strategy")
     if mig_strategy is not None:
-        if mig_strategy not in MIG_STRATEGIES:
+        if not isinstance(mig_strategy, str) or mig_strategy not in MIG_STRATEGIES:
             raise SharingError("%s: mig_strategy must be one of %s, got %r" % (where, ", ".join(MIG_STRATEGIES),
                                                                                mig_strategy))
         rendered["flags"] = {"migStrategy": mig_strategy}
@@ -104,11 +104,11 @@ def dump(rendered):
 def configmap(configs, name, namespace):
     """A ConfigMap holding every named config (inventory name -> entry), one key per config."""
     data = {}
-    for config_name in sorted(configs):
+    for config_name in sorted(configs, key=str):  # YAML may read a name as a number
         if not CONFIG_NAME.match(str(config_name)):
             raise SharingError("sharing config name %r cannot be a ConfigMap key and label value (letters, digits, "
                                "'-', '_', '.')" % (config_name,))
-        data[config_name] = dump(render(configs[config_name], "sharing config %s" % config_name))
+        data[str(config_name)] = dump(render(configs[config_name], "sharing config %s" % config_name))
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
 
 

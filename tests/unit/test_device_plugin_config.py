@@ -63,6 +63,12 @@ def test_several_named_configs_in_one_configmap():
     assert "failRequestsGreaterThanOne: true" in cm["data"]["h100-ts"]
 
 
+def test_a_config_name_yaml_reads_as_a_number_is_a_string_key():
+    cm = dpc.configmap({2: {"strategy": "time-slicing", "replicas": 2}, "a": {"strategy": "mps", "replicas": 2}},
+                       "cm", "ns")
+    assert list(cm["data"]) == ["2", "a"]
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"strategy": "spatial", "replicas": 2}, "strategy must be time-slicing or mps"),
     ({"strategy": "mps", "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]},
@@ -72,6 +78,8 @@ def test_several_named_configs_in_one_configmap():
     ({"strategy": "time-slicing", "resources": [{"name": "amd.com/gpu", "replicas": 2}]},
      "is not a resource the device plugin can share"),
     ({"strategy": "time-slicing"}, "give replicas"),
+    ({"strategy": ["mps"], "replicas": 2}, "strategy must be time-slicing or mps, got \\['mps'\\]"),
+    ({"strategy": "mps", "replicas": 2, "mig_strategy": {"mixed": True}}, "mig_strategy must be one of"),
 ])
 def test_configs_the_plugin_would_refuse_are_named(entry, message):
     with pytest.raises(dpc.SharingError, match=message):

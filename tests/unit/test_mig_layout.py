@@ -79,6 +79,8 @@ def test_a_gpu_index_the_node_lacks_is_refused():
     ({"mig-enabled": True, "mig-devices": {"1g.10gb": 0}}, "the count of 1g.10gb must be a whole number"),
     ({"mig-enabled": False, "mig-devices": {"1g.10gb": 1}}, "mig-devices are given but mig-enabled is false"),
     ({"mig-enabled": True, "device-filter": "0x233010DE"}, "unknown key device-filter"),
+    ({"mig-enabled": True, 7: 1, "x": 2}, "unknown key 7, x"),  # YAML reads `7:` as a number
+    ({"mig-enabled": True, "mig-devices": {7: 1}}, "names the profile 7, which is no profile name"),
 ])
 def test_malformed_entries_are_named(entry, message):
     with pytest.raises(mig_layout.LayoutError, match="layout x, entry 1: .*" + message):

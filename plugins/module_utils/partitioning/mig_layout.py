@@ -62,7 +62,7 @@ def normalize(layout, where="the MIG layout"):
 def _entry(entry, where):
     if not isinstance(entry, dict):
         raise LayoutError("%s must be a mapping, got %r" % (where, entry))
-    unknown = sorted(set(entry) - {"devices", "mig-enabled", "mig-devices"})
+    unknown = sorted(str(key) for key in set(entry) - {"devices", "mig-enabled", "mig-devices"})
     if unknown:
         raise LayoutError("%s: unknown key %s (mig-parted's keys are devices, mig-enabled, mig-devices)"
                           % (where, ", ".join(unknown)))
@@ -77,6 +77,9 @@ def _entry(entry, where):
     if not isinstance(wanted, dict):
         raise LayoutError("%s: mig-devices must map a profile to a count, got %r" % (where, wanted))
     for profile, count in wanted.items():
+        if not isinstance(profile, str):  # YAML reads `7: 1` as a number
+            raise LayoutError("%s: mig-devices names the profile %r, which is no profile name (such as 1g.10gb)"
+                              % (where, profile))
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise LayoutError("%s: the count of %s must be a whole number of at least 1, got %r"
                               % (where, profile, count))
