@@ -35,7 +35,10 @@ author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
   gates:
-    description: "Feature gates and the value each must have, for example C({DynamicResourceAllocation: true})."
+    description:
+      - "Feature gates and the value each must have, for example C({DynamicResourceAllocation: true})."
+      - A name is letters and digits, as Kubernetes names its gates; any other name is refused before anything is
+        written. kubelet does not start with a gate it does not know, so spell the names as your version has them.
     type: dict
     required: true
   kubernetes_minors:
@@ -107,6 +110,7 @@ backup_file:
 """
 
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -118,14 +122,20 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader im
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit, warn
 
 KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
+GATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 def wanted_gates(module):
     try:
-        return dict((str(name), module.boolean(value)) for name, value in module.params["gates"].items())
+        gates = dict((str(name), module.boolean(value)) for name, value in module.params["gates"].items())
     except TypeError:
         fail(module, "gates must map each feature gate to true or false, for example {DynamicResourceAllocation: "
                      "true}; got %s." % module.params["gates"])
+    odd = sorted(name for name in gates if not GATE_NAME.match(name))
+    if odd:  # a comma, `=` or space would split or break the flag and the YAML line the gate is written into
+        fail(module, "%s %s no feature gate name (letters and digits, such as DynamicResourceAllocation); nothing was "
+                     "written." % (", ".join(repr(name) for name in odd), "is" if len(odd) == 1 else "are"))
+    return gates
 
 
 def version_rules_out(module, version):

@@ -226,6 +226,21 @@ def test_kubeadm_gate_written_once_on_1_33_with_check_mode_first(capsys, tmp_pat
     assert again["changed"] is False and again["restart_service"] == ""
 
 
+@pytest.mark.parametrize("name", ["Dynamic Resource Allocation", "A,B", "A=true", "-A", ""])
+def test_a_gate_name_that_would_break_the_line_is_refused(capsys, tmp_path, name):
+    """A comma or `=` would split the --feature-gates flag; a space or colon breaks the YAML line."""
+    tree, _facts = node_trees.build("kubeadm-containerd", tmp_path)
+    before = open(tree.local("/var/lib/kubelet/config.yaml")).read()
+    args = dict(_ansible_check_mode=False, _ansible_diff=True, root=str(tmp_path), gates={name: True},
+                kubernetes_minors=["1.32", "1.33"], kubernetes_version="1.33.4")
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            kubelet_feature_gates.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] is True and "%r is no feature gate name" % name in result["msg"]
+    assert open(tree.local("/var/lib/kubelet/config.yaml")).read() == before
+
+
 @pytest.mark.parametrize("version, says", [("1.34.2", "the gates belong only on 1.32, 1.33; nothing to write"),
                                            ("", "the kubelet's version is unknown")])
 def test_other_versions_write_nothing(capsys, tmp_path, version, says):
