@@ -26,7 +26,7 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import Valid
 from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime import ARGUMENT_SPEC
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data, mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
-    bug_message, missing_binary_warning, missing_default_refusal)
+    bug_message, missing_binary_warning, missing_default_refusal, request_problem)
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_plan as planning
@@ -86,6 +86,8 @@ class ActionModule(ValidatedAction):
         return res
 
     def _run(self, args, task_vars):
+        if request_problem(args):
+            raise ConfigError(request_problem(args))
         target, path = self._resolve_target(args, task_vars)
         self._edit_path = path
         if args["path"] is None and targets.platform_writes_config(target):

@@ -160,7 +160,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
-    DEFAULT_BINARY, binary_problem, find_binary)
+    DEFAULT_BINARY, binary_problem, find_binary, request_problem)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write,
     check_unchanged,
@@ -175,6 +175,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit i
 
 def check_request(module):
     params = module.params
+    if request_problem(params):
+        fail(module, request_problem(params))
     refusal, warning = binary_problem(params, params["path"], find_binary(params["binary"]) is not None)
     if refusal:
         fail(module, refusal)

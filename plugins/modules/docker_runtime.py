@@ -236,7 +236,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite i
     read_bytes,
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
-    DEFAULT_BINARY, binary_problem, find_binary)
+    DEFAULT_BINARY, binary_problem, find_binary, request_problem)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, under_lock_option
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit, warn
@@ -307,6 +307,8 @@ def check_flags(module, path):
 
 def check_request(module):
     params = module.params
+    if request_problem(params):
+        fail(module, request_problem(params))
     if params["name"] in docker_config.RESERVED_RUNTIME_NAMES:
         fail(module, "Runtime name %r is reserved by dockerd; choose another name." % params["name"])
     refusal, warning = binary_problem(params, params["path"], find_binary(params["binary"]) is not None)

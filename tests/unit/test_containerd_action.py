@@ -413,6 +413,13 @@ def task(action, monkeypatch):
     return run_task
 
 
+@pytest.mark.parametrize("args", [dict(name=" "), dict(binary="")])
+def test_a_blank_name_or_binary_is_refused_before_the_node_is_called(task, args):
+    node = StandInNode({ROOT: PLAIN})
+    result = task(node, **args)
+    assert result["failed"] is True and "cannot name a runtime" in result["msg"] and node.calls == []
+
+
 def test_run_that_changes_nothing_is_one_call_and_leaves_no_lock(task):
     node = StandInNode({ROOT: PLAIN})
     first = task(node)

@@ -163,6 +163,13 @@ def run(capsys, check_mode=False, **args):
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.parametrize("args", [dict(name="nvidia\n"), dict(binary="")])
+def test_a_blank_name_or_binary_is_refused_before_anything_is_written(capsys, crio_dir, args):
+    result = run(capsys, path=ours(crio_dir), **args)
+    assert result["failed"] is True and "cannot name a runtime" in result["msg"]
+    assert not os.path.exists(ours(crio_dir))
+
+
 def warnings(result):
     return [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", [])]
 

@@ -260,6 +260,14 @@ def run(capsys, check_mode=False, **args):
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.parametrize("args", [dict(name=""), dict(binary=" ")])
+def test_a_blank_name_or_binary_is_refused_before_the_file_is_read(capsys, daemon_json, args):
+    before = daemon_json.read_text()
+    result = run(capsys, path=str(daemon_json), **args)
+    assert result["failed"] is True and "cannot name a runtime" in result["msg"]
+    assert daemon_json.read_text() == before
+
+
 def warnings(result):
     """Warning texts (ansible-core 2.19 returns them as structured summaries)."""
     return [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", [])]

@@ -27,6 +27,17 @@ def test_nothing_to_say_when_the_binary_is_there_or_the_runtime_is_removed(param
     assert contract.binary_problem(params, "/etc/containerd/config.toml", binary_found=found) == (None, None)
 
 
+@pytest.mark.parametrize("option, value", [("name", ""), ("name", "  "), ("name", "nvidia\n"), ("binary", ""),
+                                           ("binary", "/usr/bin/nvidia-container-runtime\x00")])
+def test_a_name_or_binary_no_daemon_can_use_is_refused(option, value):
+    refusal = contract.request_problem(dict(PRESENT, **{option: value}))
+    assert refusal.startswith("%s %r cannot name a runtime" % (option, value)) and "Nothing was changed" in refusal
+
+
+def test_any_other_name_and_binary_are_the_editors_to_judge():
+    assert contract.request_problem(dict(PRESENT, name="kata qemu", binary="nvidia-container-runtime")) is None
+
+
 def test_the_bug_message_names_file_kind_and_place_never_content_and_says_how_to_report():
     message = contract.bug_message("docker_runtime", "/etc/docker/daemon.json", "KeyError", "docker_config.py:12")
     assert message.startswith("/etc/docker/daemon.json: unexpected KeyError at docker_config.py:12 in "

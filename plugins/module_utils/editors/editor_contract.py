@@ -2,8 +2,9 @@
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
 """What the three runtime editors (containerd, Docker, CRI-O) share, stated once: the default runtime
-binary, where a bare binary name is looked up, the refusal to make a missing binary the default runtime
-(incident I5), the warning for a binary not installed yet, and the message for a bug.
+binary, where a bare binary name is looked up, the refusal of a name or binary no daemon can use, the refusal
+to make a missing binary the default runtime (incident I5), the warning for a binary not installed yet, and the
+message for a bug.
 
 Standard library only (runs on managed nodes and on the controller).
 """
@@ -54,6 +55,19 @@ def missing_default_refusal(path, name, binary):
             "pod (not only GPU pods) would fail to start. Nothing was changed. Install the NVIDIA container "
             "toolkit first (role gpunode.nvidia.nvidia_container_toolkit), or set allow_missing_binary: true if "
             "it is installed later in the same image bake." % (path, name, binary))
+
+
+def request_problem(params):
+    """A refusal for a runtime name or binary no daemon can use (empty, blank, a control character such as a
+    line break), or None. A blank binary is the worst: containerd's runc shim then runs plain runc, silently."""
+    for option, value in (("name", params["name"]), ("binary", params["binary"])):
+        if not value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
+            return ("%s %r cannot name a runtime%s: it is empty, blank, or holds a control character such as a line "
+                    "break. Nothing was changed. Give %s." % (
+                        option, value, "" if option == "name" else " binary",
+                        "the name RuntimeClass handlers and `docker --runtime` use, such as nvidia" if option == "name"
+                        else "the runtime's path, such as %s" % DEFAULT_BINARY))
+    return None
 
 
 def binary_problem(params, path, binary_found):
