@@ -207,6 +207,8 @@ def test_replace_imports_for_the_guard_copy():
 @pytest.mark.parametrize("pattern,name,matched", [
     ("*.toml", ".hidden.toml", True), ("*.toml", "a.toml.bak", False), ("[^a]*", "b", True),
     ("[^a]*", "a", False), ("[a-c]x", "bx", True), ("a\\*", "a*", True), ("a\\*", "ab", False), ("?", "/", False),
+    # Go tests lo <= c <= hi: a reversed range is no error and matches nothing.
+    ("[z-a]x", "bx", False), ("[^z-a]x", "bx", True), ("[z-ab]x", "bx", True), ("[a-[]", "b", False),
 ])
 def test_go_match(pattern, name, matched):
     assert goglob.match(pattern, name) is matched

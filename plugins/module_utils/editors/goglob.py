@@ -63,8 +63,13 @@ def _class(pattern, i):
         high = low
         if i < len(pattern) and pattern[i] == "-":
             high, i = _class_char(pattern, i + 1)
-        ranges.append("%s-%s" % (re.escape(low), re.escape(high)) if high != low else re.escape(low))
-    return i, "[%s%s]" % ("^" if negated else "", "".join(ranges))
+        ranges.append((low, high))
+    # Go tests lo <= c <= hi: a reversed range (z-a) is no error, it matches nothing.
+    kept = ["%s-%s" % (re.escape(low), re.escape(high)) if high != low else re.escape(low)
+            for low, high in ranges if low <= high]
+    if not kept:
+        return i, "." if negated else "(?!)"
+    return i, "[%s%s]" % ("^" if negated else "", "".join(kept))
 
 
 def _class_char(pattern, i):
