@@ -74,6 +74,17 @@ def test_truncated_file(tmp_path):
         elf.version_needs(path)
 
 
+@pytest.mark.parametrize("offset, value", [(0x28, 2 ** 64 - 1), (0x28, 2 ** 62), (0x3A, 0xFFFF)])
+def test_a_header_pointing_past_the_end_is_damaged_not_a_crash(tmp_path, offset, value):
+    """e_shoff past what seek takes or past the file, a huge e_shentsize: ElfError, no seek or allocation."""
+    path = write_elf(str(tmp_path / "bin"), needs=NEEDS, bits=64, endian="<")
+    data = bytearray(open(path, "rb").read())
+    struct.pack_into("<Q" if offset == 0x28 else "<H", data, offset, value)
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(elf.ElfError, match="truncated or damaged"):
+        elf.version_needs(path)
+
+
 def test_corrupt_version_counts_raise_instead_of_reading_garbage(tmp_path):
     """vn_cnt far beyond the section: the chain walk stops at the section end with ElfError."""
     path = write_elf(str(tmp_path / "bin"), needs=[("libc.so.6", ["GLIBC_2.17"])])

@@ -66,6 +66,7 @@ class ElfFile(object):
     def __init__(self, path):
         self.path = path
         self._handle = open(path, "rb")
+        self._size = os.fstat(self._handle.fileno()).st_size
         try:
             self._read_header()
             self.sections = self._read_section_headers()
@@ -83,6 +84,8 @@ class ElfFile(object):
         self.close()
 
     def _read(self, offset, size):
+        if offset + size > self._size:  # a damaged header's offset or size: never seek or allocate past the end
+            raise ElfError("%s: truncated or damaged ELF file (a section lies past its end)" % self.path)
         self._handle.seek(offset)
         data = self._handle.read(size)
         if len(data) != size:
