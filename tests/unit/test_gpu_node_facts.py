@@ -601,3 +601,20 @@ def test_three_instances_wall_time(tmp_path):
 def test_version_output_parsing(out, version):
     assert node_reader._parse_version_output(0, out, "") == version
     assert node_reader._parse_version_output(1, out, "") is None
+
+
+def rpm_blob(entries, data, count=None):
+    """An rpm header blob: index count, data size, (tag, type, offset, count) entries, then the data."""
+    import struct
+    index = b"".join(struct.pack(">IIII", tag, kind, offset, 1) for tag, kind, offset in entries)
+    return struct.pack(">II", len(entries) if count is None else count, len(data)) + index + data
+
+
+def test_rpm_header_strings_read_and_a_damaged_header_is_no_crash():
+    """A damaged rpm database entry (an index past the blob, a string without its NUL) is skipped."""
+    data = b"nvidia-container-toolkit\x001.17.8\x00"
+    assert node_reader.rpm_header_strings(rpm_blob([(1000, 6, 0), (1001, 6, 25)], data), (1000, 1001)) == {
+        1000: "nvidia-container-toolkit", 1001: "1.17.8"}
+    assert node_reader.rpm_header_strings(rpm_blob([(1000, 6, 0)], data, count=2 ** 20), (1000,)) == {}
+    assert node_reader.rpm_header_strings(rpm_blob([(1000, 6, 0), (1001, 6, 25)], data[:-1]), (1000, 1001)) == {
+        1000: "nvidia-container-toolkit"}

@@ -205,12 +205,15 @@ def rpm_header_strings(blob, wanted):
     found = {}
     if len(blob) < 8:
         return found
-    count, size = struct.unpack(">II", blob[:8])
+    count, _size = struct.unpack(">II", blob[:8])
+    if 8 + 16 * count > len(blob):  # a damaged entry: its index runs past the blob
+        return found
     data = blob[8 + 16 * count:]
     for index in range(count):
         tag, kind, offset, _count = struct.unpack(">IIII", blob[8 + 16 * index:24 + 16 * index])
-        if tag in wanted and kind == 6 and offset < len(data):
-            found[tag] = data[offset:data.index(b"\0", offset)].decode("utf-8", "replace")
+        end = data.find(b"\0", offset) if tag in wanted and kind == 6 and offset < len(data) else -1
+        if end >= 0:
+            found[tag] = data[offset:end].decode("utf-8", "replace")
     return found
 
 
