@@ -31,3 +31,25 @@ def test_the_small_reader_reads_what_tomllib_reads(text, value, monkeypatch):
     assert toml_reader.read_toml("a = %s\n" % text).data == {"a": value}
     monkeypatch.setattr(toml_reader, "tomllib", None)
     assert toml_reader.read_toml("a = %s\n" % text).data == {"a": value}
+
+
+@pytest.mark.parametrize("text, line", [
+    ('a = 1\n# a comment with a lone \r carriage return\n', 2),
+    ('a = 1\r\nb = "x\ry"\r\n', 2),
+    ("a = 1\nb = 'bell\x07'\n", 2),
+    ('a = """\nline\x00"""\n', 2),
+    ("a = 1 # \x1b[31m\n", 1),
+])
+@pytest.mark.parametrize("use_tomllib", [True, False])
+def test_a_control_character_is_invalid_toml_anywhere(text, line, use_tomllib, monkeypatch):
+    """Tab and the line end (LF or CR LF) are the only control characters TOML allows; CRI-O refuses the rest."""
+    if not use_tomllib:
+        monkeypatch.setattr(toml_reader, "tomllib", None)
+    with pytest.raises(toml_reader.TomlError) as err:
+        toml_reader.read_toml(text)
+    assert err.value.line == line
+
+
+def test_tabs_and_crlf_line_ends_are_toml(monkeypatch):
+    monkeypatch.setattr(toml_reader, "tomllib", None)
+    assert toml_reader.read_toml('a\t=\t"x\ty"\r\n# tab\there\r\n').data == {"a": "x\ty"}

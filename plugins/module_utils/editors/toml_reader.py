@@ -34,6 +34,8 @@ NUMBER = re.compile(r"[+-]?(?:0x[0-9A-Fa-f_]+|0o[0-7_]+|0b[01_]+|inf|nan|"
                     r"\d[\d_]*(?:\.\d[\d_]*)?(?:[eE][+-]?\d[\d_]*)?)")
 DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})?)?"
                       r"|\d{2}:\d{2}:\d{2}(?:\.\d+)?")
+# TOML allows no control character but tab and the line end (LF, or CR LF) anywhere: not in comments, strings or keys.
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\", "e": "\x1b"}
 
 
@@ -125,6 +127,10 @@ class _Reader(object):
 
     # -- document -------------------------------------------------------------------
     def parse(self):
+        control = CONTROL.search(self.text)
+        if control:
+            self.pos = control.start()
+            self.error("control character %r (TOML allows only tab and line ends)" % control.group())
         current, skipping = (), False
         while True:
             self.skip_blank(newlines=True)
