@@ -86,8 +86,9 @@ class ActionModule(ValidatedAction):
         return res
 
     def _run(self, args, task_vars):
-        if request_problem(args):
-            raise ConfigError(request_problem(args))
+        problem = request_problem(args)
+        if problem:
+            raise ConfigError(problem)
         target, path = self._resolve_target(args, task_vars)
         self._edit_path = path
         if args["path"] is None and targets.platform_writes_config(target):

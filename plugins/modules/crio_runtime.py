@@ -175,8 +175,9 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit i
 
 def check_request(module):
     params = module.params
-    if request_problem(params):
-        fail(module, request_problem(params))
+    problem = request_problem(params)
+    if problem:
+        fail(module, problem)
     refusal, warning = binary_problem(params, params["path"], find_binary(params["binary"]) is not None)
     if refusal:
         fail(module, refusal)

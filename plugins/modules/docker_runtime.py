@@ -307,8 +307,9 @@ def check_flags(module, path):
 
 def check_request(module):
     params = module.params
-    if request_problem(params):
-        fail(module, request_problem(params))
+    problem = request_problem(params)
+    if problem:
+        fail(module, problem)
     if params["name"] in docker_config.RESERVED_RUNTIME_NAMES:
         fail(module, "Runtime name %r is reserved by dockerd; choose another name." % params["name"])
     refusal, warning = binary_problem(params, params["path"], find_binary(params["binary"]) is not None)

@@ -361,7 +361,7 @@ def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=F
     if not data:
         if state == "absent":
             return text
-        if not body.strip() or body.strip() == "null":  # nothing to keep: the object replaces them
+        if body.strip() in ("", "null"):  # nothing to keep: the object replaces them
             body = "{}" + _newline(body or "\n")
     indent = detect_indent(body)
 

@@ -110,6 +110,16 @@ def merge_gate_list(value, gates):
     return ",".join(items)
 
 
+def gate_settings(values):
+    """{gate: setting} of --feature-gates values in order, a later setting winning, as kubelet merges them."""
+    settings = {}
+    for value in values:
+        for item in value.split(","):
+            name, _eq, setting = item.partition("=")
+            settings[name.strip()] = setting.strip()
+    return settings
+
+
 def unquote(text, where):
     """(quote, inner) of a scalar written plain, 'single' or "double" (without escapes)."""
     if text[:1] in ("'", '"'):
@@ -284,24 +294,22 @@ def edit_rancher_config(path, text, gates):
         return "".join(insert_after(lines, len(lines), ["kubelet-arg:", '  - "feature-gates=%s"' % wanted], newline))
     refuse_inline(path, lines, key, "kubelet-arg", 'a block list, one "flag=value" item per line')
     members = block(lines, key)
-    items = []
+    items = []  # (index, quote, text) of each item; an open quote (continued below) is refused by unquote
     for index in members:
         match = _ITEM.match(lines[index].rstrip("\r\n"))
         if not match or content(lines[index])[0] != content(lines[members[0]])[0] or \
                 item_text(lines[index])[:1] in ("&", "*", "!", "[", "{", "|", ">"):
             raise GateError("%s line %d: kubelet-arg holds something other than one \"flag=value\" item per line: "
                             "write it so, and run again." % (path, index + 1))
-        unquote(item_text(lines[index]), "%s line %d" % (path, index + 1))  # an open quote continues below
-        items.append(index)
-    gate_items = [i for i in items if _FLAG.match(unquote(item_text(lines[i]), "%s line %d" % (path, i + 1))[1])]
+        items.append((index,) + unquote(item_text(lines[index]), "%s line %d" % (path, index + 1)))
+    gate_items = [item for item in items if _FLAG.match(item[2])]
     if not gate_items:
-        first = _ITEM.match(lines[items[0]].rstrip("\r\n")) if items else None
+        first = _ITEM.match(lines[items[0][0]].rstrip("\r\n")) if items else None
         prefix = first.group(1) + "-" + first.group(2) if first else "  - "
-        quote = unquote(item_text(lines[items[0]]), path)[0] if items else '"'
+        quote = items[0][1] if items else '"'
         new = "%s%sfeature-gates=%s%s" % (prefix, quote, wanted, quote)
-        return "".join(insert_after(lines, items[-1] if items else key, [new], newline))
-    index = gate_items[-1]  # kubelet merges repeated --feature-gates flags, the last one winning per gate
-    quote, inner = unquote(item_text(lines[index]), "%s line %d" % (path, index + 1))
+        return "".join(insert_after(lines, items[-1][0] if items else key, [new], newline))
+    index, quote, inner = gate_items[-1]  # kubelet merges repeated --feature-gates flags, the last one winning
     flag, _eq, value = inner.partition("=")
     merged = merge_gate_list(value, gates)
     if merged != value:
@@ -331,11 +339,7 @@ def edit_args_file(path, text, gates):
     """The kubelet args file with gates in its last --feature-gates line (a new line when there is none)."""
     lines = split_lines(text)
     flags = [i for i, line in enumerate(lines) if _ARG.match(line.rstrip("\r\n"))]
-    effective = {}
-    for index in flags:
-        for item in _ARG.match(lines[index].rstrip("\r\n")).group(3).split(","):
-            name, _eq, value = item.partition("=")
-            effective[name.strip()] = value.strip()
+    effective = gate_settings(_ARG.match(lines[index].rstrip("\r\n")).group(3) for index in flags)
     if all(same(effective.get(name, ""), on) for name, on in gates.items()):
         return text
     if not flags:
@@ -397,11 +401,8 @@ def _expected(kind, old, new, gates):
     kept = [item for item in items if not _FLAG.match(item)]
     if kept != [item for item in (old.get("kubelet-arg") or []) if not _FLAG.match(str(item))]:
         return None
-    effective = {}
-    for item in items:
-        if _FLAG.match(item):
-            effective.update(entry.strip().partition("=")[::2] for entry in _FLAG.match(item).group(1).split(","))
-    if not all(same(effective.get(name, "").strip(), on) for name, on in gates.items()):
+    effective = gate_settings(_FLAG.match(item).group(1) for item in items if _FLAG.match(item))
+    if not all(same(effective.get(name, ""), on) for name, on in gates.items()):
         return None
     expected["kubelet-arg"] = items
     return expected
