@@ -81,6 +81,7 @@ FLEET_CONNECTIONS ?= docker,ssh
 bench: bootstrap
 	FLEET_SIZES=$(FLEET_SIZES) FLEET_CONNECTIONS=$(FLEET_CONNECTIONS) $(PY) tests/benchmarks/bench_fleet.py
 	$(PY) tests/benchmarks/bench_upgrade.py
+	$(PY) tests/benchmarks/bench_node_readers.py
 
 # Property-based tests with the long hypothesis profile (>= 5000 examples per property).
 fuzz: bootstrap

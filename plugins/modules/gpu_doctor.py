@@ -144,7 +144,7 @@ sources:
   description: >-
     Per runtime instance, where its effective config came from: C(source) (C(cri) is reported per finding;
     C(config-dump) or C(files)), C(reader) (C(tomllib) or C(lines)), C(files) read, the C(dump) command or why it
-    did not run, the C(cri) answer, and C(skipped_tables) the reader could not read.
+    did not run, and the C(cri) answer.
   returned: always
   type: list
   elements: dict

@@ -162,8 +162,7 @@ def _source_summary(view):
             "files": [f["path"] for f in view.get("files") or [] if f.get("exists")],
             "dump": (view.get("dump") or {}).get("command") if (view.get("dump") or {}).get("ok") else
             (view.get("dump") or {}).get("error") or (view.get("dump") or {}).get("reason"),
-            "cri": _cri_summary(view.get("live")),
-            "skipped_tables": view.get("skipped_tables") or []}
+            "cri": _cri_summary(view.get("live"))}
 
 
 def _cri_summary(live):

@@ -52,7 +52,7 @@ CRIO_BUILTIN = ("runc", "crun")
 def new_view(instance):
     return {
         "instance": instance["id"], "kind": instance["kind"], "major": None,
-        "files": [], "config_error": None, "skipped_tables": [],
+        "files": [], "config_error": None,
         "source": None, "dump": None, "reader": None,
         "runtimes": {}, "default_runtime": None, "default_origin": None,
         "disabled_plugins": [], "disabled_origin": None, "cri_tables": [],
@@ -116,7 +116,6 @@ def load_with_imports(node, path, view, seen=None):
     except TomlError as exc:
         view["config_error"] = {"path": path, "line": exc.line, "message": exc.message}
         return []
-    view["skipped_tables"].extend({"path": path, "line": line, "table": name} for line, name in doc.skipped)
     docs = [(path, doc)]
     for pattern in doc.data.get("imports") or []:
         for imported in expand_import(node, path, pattern):
