@@ -21,13 +21,14 @@ notes:
   - The drop-in belongs to this module entirely and is rewritten whole. A file already at O(path)
     that this module did not write (for example one from C(nvidia-ctk)) is backed up before it is
     replaced or removed, whatever O(backup) says.
-  - Reads C(/etc/crio/crio.conf) and every file of the drop-in directory (CRI-O applies them in
-    name order; the last one wins) and warns, in RV(overrides) and as task warnings, when a later
+  - Reads C(/etc/crio/crio.conf) and every file of the drop-in directory, whatever its name and in its
+    subdirectories too (CRI-O applies them in name order; the last one wins) and warns, in RV(overrides) and as task warnings, when a later
     drop-in redefines the runtime or another C(default_runtime); with O(state=absent), when a
     remaining C(default_runtime) would still name the removed runtime.
   - The write is atomic (temporary file, fsync, rename) and keeps owner, mode and SELinux context of an
-    existing file. CRI-O reads every file of its drop-in directory, so the temporary file is written in the
-    directory above it (same filesystem), where a killed run's leftover is never read; the next run removes it.
+    existing file. CRI-O reads every file of its drop-in directory, so the temporary file and the backup are
+    written in the directory above it (C(/etc/crio/99-nvidia.toml.PID.DATE~)), where CRI-O never reads them;
+    a killed run's temporary file is removed by the next run.
   - A drop-in that is a symbolic link is edited in its target (the link stays); filesystem faults (full,
     read-only, immutable) fail naming the file, the cause and the fix; concurrent runs on the same file
     take turns. See docs/faults.md.
@@ -76,7 +77,9 @@ options:
     choices: [present, absent]
     default: present
   backup:
-    description: Keep a timestamped copy of the previous drop-in when it changes or is removed.
+    description:
+      - Keep a timestamped copy of the previous drop-in when it changes or is removed, in the directory above
+        the drop-in directory (in it, CRI-O would apply the copy after the new drop-in).
     type: bool
     default: false
 extends_documentation_fragment:
@@ -123,7 +126,7 @@ diff:
   returned: always
   type: dict
 backup_file:
-  description: The backup made, or null.
+  description: The backup made (outside the drop-in directory), or null.
   returned: always
   type: str
 runtime:
@@ -186,9 +189,9 @@ def check_request(module):
 
 
 def temp_dir(path):
-    """Where the temporary file of a write goes: CRI-O reads every file of its drop-in directory, so not there
-    but in the directory above (same filesystem, else beside the file after all). None: beside the file, which
-    is a link's target elsewhere."""
+    """Where the temporary file and the backup of a write go: CRI-O reads every file of its drop-in directory, so
+    not there but in the directory above (the temporary file: same filesystem, else beside the file after all).
+    None: beside the file, which is a link's target elsewhere."""
     target_dir = os.path.dirname(os.path.realpath(path))
     if target_dir != os.path.realpath(os.path.dirname(os.path.abspath(path))):
         return None
@@ -226,11 +229,12 @@ def edit(module):
     if changed and not module.check_mode:
         keep = params["backup"] or foreign
         check_unchanged(path, before_bytes)
+        outside = temp_dir(path)  # CRI-O would read a backup in its drop-in directory, after ours
         if present:
             backup_file = atomic_write(module, path, after.encode("utf-8"), backup=keep, mode=0o644,
-                                       temp_dir=temp_dir(path))
+                                       temp_dir=outside, backup_dir=outside)
         else:
-            backup_file = remove_file(module, path, keep)
+            backup_file = remove_file(module, path, keep, backup_dir=outside)
 
     return dict(
         changed=changed,

@@ -366,12 +366,23 @@ def test_deleting_the_keys_would_not_reload(docker, seeded):
     assert "nvidia" in info["Runtimes"] and info["DefaultRuntime"] == "nvidia"
 
 
-@pytest.mark.parametrize("broken", [
-    '  "not-a-dockerd-option": true,\n',
-    '  "runtimes": {"crun": {"path": 5}},\n',
-])
-def test_validate_rejects_broken_original(docker, capsys, broken):
-    original = SEED.replace("{\n", "{\n" + broken, 1)
+def test_a_type_dockerd_cannot_decode_is_refused_before_any_dockerd_is_asked(docker, capsys):
+    """The editor reads the keys it reads and writes with dockerd's Go types, so on 20.10 too (no --validate)
+    a file dockerd does not start with is refused, naming the line, and nothing is written."""
+    original = SEED.replace("{\n", '{\n  "runtimes": {"crun": {"path": 5}},\n', 1)
+    docker.write_config(original)
+    listing = sorted(os.listdir(docker.dir))
+    result = run_module(capsys, path=docker.config, dockerd_binary=docker.dockerd_binary,
+                        systemd_root=docker.fake_root)
+    assert result["failed"] is True and result.get("changed") is not True
+    assert "%s line 2: runtimes.crun.path is a number; dockerd expects a string there" % docker.config in result["msg"]
+    with open(docker.config) as handle:
+        assert handle.read() == original
+    assert sorted(os.listdir(docker.dir)) == listing
+
+
+def test_validate_rejects_broken_original(docker, capsys):
+    original = SEED.replace("{\n", '{\n  "not-a-dockerd-option": true,\n', 1)
     docker.write_config(original)
     listing = sorted(os.listdir(docker.dir))
     result = run_module(capsys, path=docker.config, dockerd_binary=docker.dockerd_binary,
@@ -384,8 +395,7 @@ def test_validate_rejects_broken_original(docker, capsys, broken):
     # dockerd already refuses the file as it is: that is what the module reports.
     assert result["failed"] is True and result["validated"] is False and "already rejects" in result["msg"]
     assert "unable to configure the Docker daemon with file %s" % docker.config in result["validation_output"]
-    assert ("not-a-dockerd-option" in result["validation_output"]
-            or "cannot unmarshal number" in result["validation_output"])
+    assert "not-a-dockerd-option" in result["validation_output"]
     with open(docker.config) as handle:
         assert handle.read() == original
     assert sorted(os.listdir(docker.dir)) == listing  # candidate removed
@@ -550,3 +560,40 @@ def test_reload_versus_restart(docker, seeded, capsys):
                  statistics.median(r[1] for r in restart_runs), seconds(r[1] for r in restart_runs)))
     assert reload_outage < restart_outage
     docker.docker("rm", "-f", "survivor")
+
+
+# Values of each JSON type at the keys the collection reads or writes, with `null` wherever Go allows it.
+TYPED_MEMBERS = [
+    '"hosts": 5', '"hosts": "unix:///x.sock"', '"hosts": [null, 1]', '"hosts": [null]', '"hosts": ["unix:///x.sock"]',
+    '"exec-opts": "native.cgroupdriver=systemd"', '"exec-opts": [5]', '"exec-opts": []',
+    '"default-runtime": 5', '"default-runtime": ["runc"]', '"default-runtime": null', '"containerd": 5',
+    '"containerd": "/run/containerd/containerd.sock"', '"data-root": 5', '"data-root": {}',
+    '"runtimes": [1]', '"runtimes": "x"', '"runtimes": null', '"runtimes": {"crun": "x"}', '"runtimes": {"crun": null}',
+    '"runtimes": {"crun": {"path": 5}}', '"runtimes": {"crun": {"path": "/x", "runtimeArgs": "a"}}',
+    '"runtimes": {"crun": {"path": "/x", "runtimeArgs": [null]}}', '"runtimes": {"crun": {"path": "/x", "options": 1}}',
+    '"runtimes": {"crun": {"path": "/x", "runtimeType": 1}}', '"features": [true]', '"features": {"cdi": "yes"}',
+    '"features": {"cdi": null}', '"features": {"cdi": true}',
+]
+
+
+@pytest.mark.parametrize("release", ["trixie", "sid"])
+def test_the_editor_refuses_exactly_the_types_dockerd_refuses(release, tmp_path):
+    """For each value type at the keys the collection reads or writes, the editor's reader (also discovery's and
+    the doctor's) refuses the file exactly when real dockerd 26.1 or 28.5 does not start with it."""
+    dockerd = os.path.join(CACHE, "docker.io-" + release, "usr", "sbin", "dockerd")
+    if not os.access(dockerd, os.X_OK):
+        pytest.skip("dockerd of %s not fetched (tests/testbed/debian-archive.sh docker.io %s)" % (release, release))
+    disagree = []
+    for member in TYPED_MEMBERS:
+        path = tmp_path / "daemon.json"
+        path.write_text("{\n  %s\n}\n" % member)
+        out = subprocess.run([dockerd, "--validate", "--config-file", str(path)], stdout=subprocess.PIPE, check=False,
+                             stderr=subprocess.STDOUT, universal_newlines=True, timeout=60).stdout
+        try:
+            dc.parse_daemon_json(path.read_text(), str(path))
+            ours = "accepted"
+        except dc.DockerConfigError as err:
+            ours = "refused: %s" % err.reason
+        if ("configuration OK" in out) != (ours == "accepted"):
+            disagree.append((member, ours, out.strip().splitlines()[-1]))
+    assert not disagree

@@ -218,6 +218,7 @@ def test_module_set_as_default_updates_and_keeps_mode(capsys, crio_dir, binary):
     assert result["changed"] is True
     assert oct(os.stat(args["path"]).st_mode & 0o777) == "0o600"
     assert open(result["backup_file"]).read() == cc.render_dropin("nvidia", binary)
+    assert os.path.dirname(result["backup_file"]) == str(crio_dir)
     assert tomlkit.parse(open(args["path"]).read())["crio"]["runtime"]["default_runtime"] == "nvidia"
 
 
@@ -229,6 +230,11 @@ def test_module_backs_up_foreign_file(capsys, crio_dir, binary):
     assert result["changed"] is True and result["replaced_foreign_file"] is True
     assert open(result["backup_file"]).read() == foreign
     assert any("not written by this module" in w for w in warnings(result))
+    # CRI-O reads every file of its drop-in directory: a backup there would win over the new drop-in.
+    assert os.path.dirname(result["backup_file"]) == str(crio_dir)
+    assert cc.config_files(None, str(crio_dir / "crio.conf.d")) == sorted(
+        str(p) for p in (crio_dir / "crio.conf.d").iterdir())
+    assert result["backup_file"] not in cc.config_files(None, str(crio_dir / "crio.conf.d"))
 
 
 def test_module_warns_about_later_override(capsys, crio_dir, binary):

@@ -39,6 +39,8 @@ def objects(values):
 
 
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), objects(inner)), max_leaves=8)
+TYPED = {"hosts": st.lists(text_values, max_size=2), "exec-opts": st.lists(text_values, max_size=2),
+         "data-root": text_values, "containerd": text_values}
 runtime_names = st.sampled_from(["crun", "kata", "runsc", "nvidia-legacy", "youki"])
 runtime_objects = st.fixed_dictionaries(
     OrderedDict([("path", st.sampled_from(["/usr/bin/crun", "kata-runtime", "/opt/é/runsc"]))]),
@@ -51,6 +53,9 @@ def documents(draw, with_runtime=False):
     data = draw(objects(values))
     for key in TOUCHED:
         data.pop(key, None)
+    for key in ("hosts", "exec-opts", "data-root", "containerd"):  # dockerd reads these as strings or lists of them
+        if key in data:
+            data[key] = draw(TYPED[key])
     extras = []
     if draw(st.booleans()):
         runtimes = draw(st.lists(st.tuples(runtime_names, runtime_objects), max_size=3,

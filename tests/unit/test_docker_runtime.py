@@ -657,6 +657,44 @@ def test_numbers_go_refuses_are_refused_where_they_are(number, column):
         edit(text)
 
 
+# What dockerd 26.1 and 28.5 say of each (`dockerd --validate`; tests/integration/test_docker_runtime_live.py asks
+# them again): a value of another JSON type at a key dockerd decodes stops it; `null` is "not set".
+WRONG_TYPES = [
+    ('"hosts": 5', "hosts is a number; dockerd expects a list of strings"),
+    ('"hosts": "unix:///run/docker.sock"', "hosts is a string; dockerd expects a list of strings"),
+    ('"hosts": [null, 1]', "hosts[1] is a number; dockerd expects a string"),
+    ('"exec-opts": "native.cgroupdriver=systemd"', "exec-opts is a string; dockerd expects a list of strings"),
+    ('"default-runtime": 5', "default-runtime is a number; dockerd expects a string"),
+    ('"containerd": 5', "containerd is a number; dockerd expects a string"),
+    ('"data-root": 5', "data-root is a number; dockerd expects a string"),
+    ('"runtimes": [1]', "runtimes is an array; dockerd expects an object"),
+    ('"runtimes": {"crun": "x"}', "runtimes.crun is a string; dockerd expects an object"),
+    ('"runtimes": {"crun": {"path": 5}}', "runtimes.crun.path is a number; dockerd expects a string"),
+    ('"runtimes": {"crun": {"path": "/x", "runtimeArgs": "a"}}',
+     "runtimes.crun.runtimeArgs is a string; dockerd expects a list of strings"),
+    ('"runtimes": {"crun": {"path": "/x", "options": 1}}', "runtimes.crun.options is a number; dockerd expects an object"),
+    ('"features": {"cdi": "yes"}', "features.cdi is a string; dockerd expects true or false"),
+    ('"features": [true]', "features is an array; dockerd expects an object of booleans"),
+]
+NULLS_GO_READS = ['"hosts": [null]', '"runtimes": {"crun": null}', '"runtimes": null', '"default-runtime": null',
+                  '"features": {"cdi": null}', '"runtimes": {"crun": {"path": "/x", "runtimeArgs": [null]}}']
+
+
+@pytest.mark.parametrize("member, reason", WRONG_TYPES)
+def test_a_value_dockerd_cannot_decode_is_refused_with_its_line(member, reason):
+    text = '{\n  "log-driver": "json-file",\n  %s\n}\n' % member
+    with pytest.raises(dc.DockerConfigError) as err:
+        edit(text)
+    assert err.value.line == 3 and err.value.reason == reason
+    assert "/etc/docker/daemon.json line 3: " in str(err.value) and "left untouched" in str(err.value)
+
+
+@pytest.mark.parametrize("member", NULLS_GO_READS)
+def test_null_is_not_set_to_dockerd_and_is_edited(member):
+    text = '{\n  "log-driver": "json-file",\n  %s\n}\n' % member
+    assert json.loads(edit(text))["runtimes"]["nvidia"]["path"]
+
+
 def test_nan_inside_a_string_is_a_string():
     text = '{\n  "labels": ["NaN", "Infinity", "\\"NaN"]\n}\n'
     assert json.loads(edit(text))["labels"] == ["NaN", "Infinity", '"NaN']

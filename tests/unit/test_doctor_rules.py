@@ -612,6 +612,81 @@ def test_daemon_json_is_unreadable_exactly_when_dockerd_cannot_read_it(tmp_path,
         assert item["evidence"][0]["line"] == line and "not valid JSON" in item["message"]
 
 
+@pytest.mark.parametrize("member, reason", [
+    ('"hosts": 5', "hosts is a number; dockerd expects a list of strings"),
+    ('"hosts": [null, 1]', "hosts[1] is a number; dockerd expects a string"),
+    ('"runtimes": {"nvidia": {"path": 5}}', "runtimes.nvidia.path is a number; dockerd expects a string"),
+    ('"default-runtime": ["nvidia"]', "default-runtime is an array; dockerd expects a string"),
+])
+def test_daemon_json_of_a_type_dockerd_cannot_decode_is_unreadable_not_a_crash(tmp_path, reader, member, reason):
+    tree = build(tmp_path, "kubeadm-docker-cri-dockerd")
+    tree.file("/etc/docker/daemon.json", '{\n  "log-driver": "json-file",\n  %s\n}\n' % member)
+    fired, _unused = diagnose(tmp_path)
+    (item,) = fired["config-unreadable"]
+    assert item["evidence"][0]["line"] == 3 and reason in item["message"]
+    assert "doctor-rule-error" not in fired
+
+
+def test_a_docker_runtime_is_located_at_its_key_not_where_its_name_first_appears(tmp_path, reader):
+    tree = build(tmp_path, "kubeadm-docker-cri-dockerd")
+    tree.file("/etc/docker/daemon.json", '{\n  "default-runtime": "nvidia",\n  "runtimes": {\n    "nvidia": {\n'
+                                         '      "path": "/usr/bin/nvidia-container-runtime-gone"\n    }\n  }\n}\n')
+    fired, _unused = diagnose(tmp_path)
+    lines = [e.get("line") for items in fired.values() for item in items for e in item["evidence"]
+             if "BinaryName" in e.get("note", "")]
+    assert lines and set(lines) == {4}
+
+
+def test_crio_drop_ins_are_every_file_of_the_directory_as_crio_reads_them(tmp_path, reader):
+    """CRI-O applies every file of crio.conf.d (Go's filepath.Walk), not only *.conf: crio_runtime's own
+    99-nvidia.toml, and an editor's backup sorted after it, which then wins."""
+    tree = build(tmp_path, "kubeadm-crio")
+    tree.file("/usr/libexec/crio/crun", STANDIN_BINARY)
+    tree.file("/usr/bin/nvidia-container-runtime", STANDIN_BINARY)
+    tree.file("/etc/crio/crio.conf.d/99-nvidia.toml",
+              '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime"\n')
+    fired, result = diagnose(tmp_path)
+    assert "nvidia-runtime-missing" not in fired, fired
+    assert "/etc/crio/crio.conf.d/99-nvidia.toml" in result["sources"][0]["files"]
+    tree.file("/etc/crio/crio.conf.d/99-nvidia.toml.1234.2026-11-28@10:00:00~",
+              '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime-old"\n')
+    fired, result = diagnose(tmp_path)
+    (item,) = fired["nvidia-runtime-binary-missing"]
+    assert item["evidence"][0]["path"].endswith("~") and item["evidence"][0]["line"] == 1
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ('version = "2"\n', 1, "version is a string; containerd expects an integer there. The daemon fails to start"),
+    ("version = 2\nimports = \"/etc/containerd/conf.d/*.toml\"\n", 2, "imports is a string; containerd expects a list"),
+    ('version = 2\ndisabled_plugins = [5]\n', 2, "disabled_plugins is an array; containerd expects a list of strings"),
+    ('version = 2\n[%s.containerd]\n  default_runtime_name = 5\n' % CRI, 3,
+     "default_runtime_name is an integer; containerd expects a string there. The daemon fails to start"),
+    ('version = 2\n[%s.containerd.runtimes]\n  nvidia = "x"\n' % CRI, 3, "runtimes.nvidia is a string"),
+    ('version = 2\n[%s.containerd.runtimes.nvidia.options]\n  BinaryName = 5\n' % CRI, 3,
+     "BinaryName is an integer; containerd expects a string there. containerd starts, but no container"),
+    ('version = 2\n[%s.containerd.runtimes.nvidia.options]\n  SystemdCgroup = "true"\n' % CRI, 3,
+     "SystemdCgroup is a string; containerd expects a boolean"),
+])
+def test_containerd_values_of_a_type_containerd_cannot_decode_are_findings_not_rule_errors(
+        tmp_path, reader, text, line, message):
+    """containerd 1.6, 1.7 and 2.1 exit on such a value (runtime options: each container of the runtime fails)."""
+    tree = build(tmp_path, "kubeadm-containerd")
+    tree.file("/etc/containerd/config.toml", text)
+    fired, _unused = diagnose(tmp_path)
+    (item,) = fired["config-unreadable"]
+    assert item["evidence"][0]["line"] == line and message in item["message"], item["message"]
+    assert "doctor-rule-error" not in fired and "unexpected content" not in item["message"]
+
+
+def test_crio_values_of_a_type_crio_cannot_decode_are_findings(tmp_path, reader):
+    tree = build(tmp_path, "kubeadm-crio")
+    tree.file("/etc/crio/crio.conf.d/99-nvidia.toml", "[crio.runtime.runtimes.nvidia]\nruntime_path = 5\n")
+    fired, _unused = diagnose(tmp_path)
+    (item,) = fired["config-unreadable"]
+    assert "99-nvidia.toml cannot be read: line 2: crio.runtime.runtimes.nvidia.runtime_path is an integer; " \
+        "CRI-O expects a string there" in item["message"]
+
+
 def test_a_failing_rule_is_a_finding_and_the_others_still_run(tmp_path, reader, monkeypatch):
     build(tmp_path, "kubeadm-containerd")
     broken = doctor_rules.Rule("nouveau-loaded", "critical", "I6", "t", lambda rule, ctx: 1 / 0)

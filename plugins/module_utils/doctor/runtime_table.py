@@ -256,9 +256,10 @@ def check_config_unreadable(rule, ctx):
         if not error:
             continue
         evidence = [ctx.file_evidence(error["path"], error.get("line"), error.get("by"))] + instance_evidence(instance)
-        found.append(finding(rule, "%s cannot be read: %s%s. The daemon fails to start (or, if running, to restart) "
-                             "with it." % (error["path"], "line %s: " % error["line"] if error.get("line") else "",
-                                           error["message"]), evidence, manual_fix(
+        found.append(finding(rule, "%s cannot be read: %s%s. %s." % (
+                             error["path"], "line %s: " % error["line"] if error.get("line") else "", error["message"],
+                             error.get("effect") or "The daemon fails to start (or, if running, to restart) with it"),
+                             evidence, manual_fix(
                                  "Fix the file (keep a copy), then check it with `containerd --config %s config dump`."
                                  % error["path"] if instance["kind"] == "containerd" else "Fix the file."),
                              severity=_sev(ctx, instance)))

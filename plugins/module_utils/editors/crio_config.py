@@ -12,7 +12,8 @@ keys, inline tables, quoted keys with escapes. A file CRI-O could not read
 (not UTF-8, not TOML) is reported, never a reason to crash.
 
 CRI-O reads /etc/crio/crio.conf first, then every file of the drop-in
-directory sorted by name; a later file wins for each key it sets.
+directory (whatever its name, subdirectories too) sorted by name; a later file
+wins for each key it sets.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -109,12 +110,27 @@ def _default_runtime(doc):
 
 
 def config_files(main_config, dropin_dir):
-    """Files in the order CRI-O applies them: the main file, then drop-ins by name."""
+    """Files in the order CRI-O applies them: the main file, then the drop-ins."""
     files = [main_config] if main_config and os.path.isfile(main_config) else []
-    if os.path.isdir(dropin_dir):
-        names = sorted(os.listdir(dropin_dir))
-        files += [os.path.join(dropin_dir, n) for n in names if os.path.isfile(os.path.join(dropin_dir, n))]
+    return files + dropin_files(dropin_dir, _listdir, os.path.isdir)
+
+
+def dropin_files(directory, listdir, isdir):
+    """The drop-ins of DIRECTORY in the order CRI-O applies them: as Go's filepath.Walk visits them, every file
+    whatever its name (a backup or an editor's swap file too), by name, a subdirectory's files where its name
+    sorts. listdir and isdir read the node (the live one, or an image's root)."""
+    files = []
+    for name in sorted(listdir(directory)):
+        path = os.path.join(directory, name)
+        files.extend(dropin_files(path, listdir, isdir) if isdir(path) else [path])
     return files
+
+
+def _listdir(directory):
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
 
 
 def find_overrides(ours, main_config, name, set_as_default, state):

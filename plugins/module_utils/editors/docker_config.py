@@ -61,6 +61,16 @@ class DockerConfigError(Exception):
         self.reason = reason or message
 
 
+# The Go types of dockerd's configuration for the keys this collection reads or writes.
+DOCKERD_TYPES = {
+    ("hosts",): "a list of strings", ("exec-opts",): "a list of strings", ("default-runtime",): "a string",
+    ("containerd",): "a string", ("data-root",): "a string", ("runtimes",): "an object",
+    ("features",): "an object of booleans",
+}
+RUNTIME_TYPES = {"path": "a string", "runtimeType": "a string", "runtimeArgs": "a list of strings",
+                 "options": "an object"}
+
+
 def line_col(text, pos):
     """1-based line and column of a character offset."""
     line = text.count("\n", 0, pos) + 1
@@ -109,7 +119,45 @@ def parse_daemon_json(text, path):
             "%s must hold a JSON object at the top level, found %s. Fix the file by hand; "
             "it was left untouched." % (path, _json_type(data)),
             1, "not a JSON object at the top level (found %s)" % _json_type(data))
+    _check_types(data, body, path)
     return data
+
+
+def _check_types(data, text, path):
+    """Refuse, as dockerd's Go decoder does, a value of another JSON type at a key this collection reads or
+    writes (`null` is "not set" to Go, and passes)."""
+    checks = list(DOCKERD_TYPES.items())
+    runtimes = data.get("runtimes")
+    for name, runtime in runtimes.items() if isinstance(runtimes, dict) else ():
+        checks.append((("runtimes", name), "an object"))
+        if isinstance(runtime, dict):
+            checks.extend((("runtimes", name, key), kind) for key, kind in RUNTIME_TYPES.items())
+    for keys, kind in checks:
+        value = get_key(data, keys)
+        if value is None:
+            continue
+        container, item = _KINDS[kind]
+        if not isinstance(value, container):
+            _type_error(text, path, keys, ".".join(keys), value, kind)
+        items = enumerate(value) if isinstance(value, list) else value.items() if item else ()
+        for index, element in items:
+            if element is not None and not isinstance(element, item):
+                name = "%s[%d]" % (".".join(keys), index) if isinstance(value, list) else ".".join(keys + (index,))
+                _type_error(text, path, keys if isinstance(value, list) else keys + (index,), name, element,
+                            "a string" if item is str else "true or false")
+
+
+# kind: (the JSON container or scalar, the type of its items or None)
+_KINDS = {"a string": (str, None), "a list of strings": (list, str), "an object": (dict, None),
+          "an object of booleans": (dict, bool)}
+
+
+def _type_error(text, path, keys, name, value, kind):
+    line = key_line(text, keys)
+    raise DockerConfigError(
+        "%s%s: %s is %s; dockerd expects %s there and does not start with this file. Fix it by hand; "
+        "the file was left untouched." % (path, " line %d" % line if line else "", name, _json_type(value), kind),
+        line, "%s is %s; dockerd expects %s" % (name, _json_type(value), kind))
 
 
 def _check_scan(body, path):
@@ -207,6 +255,17 @@ def _locate(text, keys, path):
             )
         obj = _scan_object(text, member.value_start)
     return obj, (), None
+
+
+def key_line(text, keys):
+    """The line (1-based) of the member that KEYS name in daemon.json TEXT, or None where there is none
+    (or it is written twice, or the text is no JSON object)."""
+    body = text[1:] if text.startswith(BOM) else text
+    try:
+        _obj, left, member = _locate(body, tuple(keys), "daemon.json")
+    except (DockerConfigError, ValueError, IndexError):
+        return None
+    return line_col(body, member.key_start)[0] if member is not None and not left else None
 
 
 # --- layout: copy what the file already does ----------------------------------
@@ -337,15 +396,6 @@ def get_key(data, keys):
     return data
 
 
-def _check_object(data, keys, path):
-    value = get_key(data, keys)
-    if value is not None and not isinstance(value, dict):
-        raise DockerConfigError(
-            "%s: %s is %s; dockerd expects an object there. Fix it by hand; the file was "
-            "left untouched." % (path, ".".join(keys), _json_type(value))
-        )
-
-
 def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=False,
                      cdi=False, state="present"):
     """Return daemon.json text with the runtime added/updated (present) or removed (absent).
@@ -353,9 +403,7 @@ def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=F
     text is the file's content ("" for a missing file). Raises DockerConfigError
     for a file this module must not touch.
     """
-    data = parse_daemon_json(text, path)
-    for keys in (("runtimes",), ("runtimes", name)) + ((("features",),) if cdi else ()):
-        _check_object(data, keys, path)
+    data = parse_daemon_json(text, path)  # refuses a runtimes or features value dockerd cannot read
     bom = BOM if text.startswith(BOM) else ""
     body = text[len(bom):]
     if not data:

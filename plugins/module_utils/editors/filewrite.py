@@ -237,12 +237,13 @@ def check_unchanged(path, before):
                         "was written. Run again." % path)
 
 
-def atomic_write(module, path, data, backup=False, mode=None, temp_dir=None):
+def atomic_write(module, path, data, backup=False, mode=None, temp_dir=None, backup_dir=None):
     """Replace path (a link's final target) with data atomically; keep owner, mode and SELinux context.
 
     Returns the backup file name (or None). A missing parent directory is created with mode 0755.
     `mode` applies only to a file that did not exist. `temp_dir`: where the temporary file is
-    written when not beside the file (same filesystem, so the rename stays atomic).
+    written when not beside the file (same filesystem, so the rename stays atomic). `backup_dir`:
+    where the backup goes when not beside the file.
     """
     target = resolve(path)
     directory = os.path.dirname(os.path.abspath(target))
@@ -254,7 +255,7 @@ def atomic_write(module, path, data, backup=False, mode=None, temp_dir=None):
         if existed and os.path.isdir(target):
             raise OSError(errno.EISDIR, "is a directory")
     temp_dir = temp_dir if temp_dir and _same_filesystem(temp_dir, directory) else directory
-    backup_file = backup_of(module, target) if backup and existed else None
+    backup_file = backup_of(module, target, backup_dir) if backup and existed else None
     tmp = None
     try:
         tmp = write_temp_beside(target, data, directory=temp_dir)
@@ -270,19 +271,20 @@ def atomic_write(module, path, data, backup=False, mode=None, temp_dir=None):
     return backup_file
 
 
-def remove_file(module, path, backup=False):
+def remove_file(module, path, backup=False, backup_dir=None):
     """Delete path; a symbolic link goes, its target (someone else's file) stays. Return the backup name or None."""
     target = resolve(path)
-    backup_file = backup_of(module, target) if backup else None
+    backup_file = backup_of(module, target, backup_dir) if backup else None
     with faults_named(path, "remove it"):
         os.unlink(path)
     _fsync_dir(os.path.dirname(os.path.abspath(path)))
     return backup_file
 
 
-def backup_of(module, path):
-    """A copy beside path named as AnsibleModule.backup_local names it (path.PID.date~)."""
-    name = "%s.%s.%s" % (path, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime()))
+def backup_of(module, path, directory=None):
+    """A copy named as AnsibleModule.backup_local names it (path.PID.date~), beside path or in DIRECTORY."""
+    name = "%s.%s.%s" % (os.path.join(directory, os.path.basename(path)) if directory else path, os.getpid(),
+                         time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime()))
     with faults_named(path, "make its backup %s" % name):
         try:
             module.preserved_copy(path, name)

@@ -22,6 +22,7 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.crio_config import dropin_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
     DockerConfigError, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
@@ -336,7 +337,7 @@ def crio_instance(node, argv):
     config = flag_value(argv, ("--config",)) or "/etc/crio/crio.conf"
     dropins = flag_value(argv, ("--config-dir",)) or "/etc/crio/crio.conf.d"
     socket = flag_value(argv, ("--listen",))
-    texts = [node.read(config)] + [node.read(p) for p in node.glob(dropins, "*.conf")]
+    texts = [node.read(config)] + [node.read(p) for p in dropin_files(dropins, node.listdir, node.isdir)]
     for text in texts:  # drop-ins in name order override the main file
         socket = toml_section_string(text, "crio.api", "listen") or socket
     return new_instance("crio", "crio", socket=socket or DEFAULT_CRIO_SOCKET, config_path=config,

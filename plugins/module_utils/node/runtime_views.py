@@ -30,8 +30,9 @@ import os
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient, default_runtime_from_status, runtimes_from_status)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.crio_config import dropin_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
-    DockerConfigError, parse_daemon_json)
+    DockerConfigError, key_line, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import SEARCH_DIRS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
@@ -116,6 +117,10 @@ def load_with_imports(node, path, view, seen=None):
     except TomlError as exc:
         view["config_error"] = {"path": path, "line": exc.line, "message": exc.message}
         return []
+    view["config_error"] = (type_error(path, doc, _CONTAINERD_TYPES, "containerd") or type_error(
+        path, doc, _RUNTIME_OPTION_TYPES, "containerd", "containerd starts, but no container of that runtime does"))
+    if view["config_error"]:
+        return []
     docs = [(path, doc)]
     for pattern in doc.data.get("imports") or []:
         for imported in expand_import(node, path, pattern):
@@ -123,6 +128,75 @@ def load_with_imports(node, path, view, seen=None):
             if view["config_error"]:
                 return docs
     return docs
+
+
+# The Go types containerd decodes the keys this collection reads into. A value of another TOML type stops
+# containerd: at the top level when it reads the file, in the CRI plugin's table when the plugin loads (1.6,
+# 1.7 and 2.1 exit with "cannot decode"); a runtime's options stop each container of that runtime instead.
+_CONTAINERD_TYPES = (
+    (("version",), "an integer"), (("imports",), "a list of strings"), (("disabled_plugins",), "a list of strings"),
+    (("required_plugins",), "a list of strings"), (("root",), "a string"), (("state",), "a string"),
+    (("plugins",), "a table"),
+) + tuple(
+    (("plugins", plugin_id) + keys, kind) for plugin_id in CRI_PLUGIN_IDS for keys, kind in (
+        ((), "a table"), (("containerd",), "a table"), (("containerd", "default_runtime_name"), "a string"),
+        (("containerd", "runtimes"), "a table"), (("containerd", "runtimes", "*"), "a table"),
+        (("containerd", "runtimes", "*", "runtime_type"), "a string"),
+        (("containerd", "runtimes", "*", "options"), "a table")))
+_RUNTIME_OPTION_TYPES = tuple(
+    (("plugins", plugin_id, "containerd", "runtimes", "*", "options", key), kind) for plugin_id in CRI_PLUGIN_IDS
+    for key, kind in (("BinaryName", "a string"), ("SystemdCgroup", "a boolean")))
+# CRI-O (BurntSushi/toml into its Config) refuses to start on any of these.
+_CRIO_TYPES = (
+    (("crio",), "a table"), (("crio", "api"), "a table"), (("crio", "api", "listen"), "a string"),
+    (("crio", "runtime"), "a table"), (("crio", "runtime", "default_runtime"), "a string"),
+    (("crio", "runtime", "runtimes"), "a table"), (("crio", "runtime", "runtimes", "*"), "a table"),
+    (("crio", "runtime", "runtimes", "*", "runtime_path"), "a string"),
+    (("crio", "runtime", "runtimes", "*", "runtime_type"), "a string"),
+    (("crio", "runtime", "runtimes", "*", "runtime_root"), "a string"),
+)
+
+
+def type_error(path, doc, schema, daemon, effect=None):
+    """A config_error for the first value of DOC whose TOML type is not the one SCHEMA gives its key, or None.
+    effect: what the daemon then does, when it still starts."""
+    for keys, kind in schema:
+        for found, value in _values_at(doc.data, keys):
+            if not _is_kind(value, kind):
+                error = {"path": path, "line": doc.line_of(found), "message": "%s is %s; %s expects %s there" % (
+                    ".".join(found), _toml_type(value), daemon, kind)}
+                if effect:
+                    error["effect"] = effect
+                return error
+    return None
+
+
+def _values_at(data, keys):
+    """(key path, value) of each value at KEYS in DATA; "*" stands for every key of a table."""
+    if not keys:
+        return [((), data)]
+    if not isinstance(data, dict):
+        return []
+    names = list(data) if keys[0] == "*" else [keys[0]] if keys[0] in data else []
+    return [((name,) + found, value) for name in names for found, value in _values_at(data[name], keys[1:])]
+
+
+def _is_kind(value, kind):
+    if kind == "a list of strings":
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind == "an integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, {"a string": str, "a boolean": bool, "a table": dict}[kind])
+
+
+def _toml_type(value):
+    if isinstance(value, bool):
+        return "a boolean"
+    for kind, name in ((str, "a string"), (int, "an integer"), (float, "a float"), (dict, "a table"),
+                       (list, "an array")):
+        if isinstance(value, kind):
+            return name
+    return "a date or time"
 
 
 def expand_import(node, main_path, pattern):
@@ -359,21 +433,17 @@ def docker_files(node, instance, view):
         runtime = runtime if isinstance(runtime, dict) else {}
         view["runtimes"][name] = {"runtime_type": runtime.get("runtimeType", ""), "binary": runtime.get("path", ""),
                                   "systemd_cgroup": False, "builtin": False,
-                                  "origin": {"path": path, "line": json_line(text, name)}}
+                                  "origin": {"path": path, "line": key_line(text, ("runtimes", name))}}
     if data.get("default-runtime"):
         view["default_runtime"] = data["default-runtime"]
-        view["default_origin"] = {"path": path, "line": json_line(text, "default-runtime")}
-
-
-def json_line(text, key):
-    index = text.find('"%s"' % key)
-    return text.count("\n", 0, index) + 1 if index >= 0 else None
+        view["default_origin"] = {"path": path, "line": key_line(text, ("default-runtime",))}
 
 
 def crio_files(node, instance, view):
     """CRI-O: crio.conf, then its drop-ins in name order (later files override keys)."""
     view["source"] = "files"
-    paths = [instance["config_path"]] + sorted(node.glob(instance["dropin_dir"] or "/etc/crio/crio.conf.d", "*.conf"))
+    paths = [instance["config_path"]] + dropin_files(instance["dropin_dir"] or "/etc/crio/crio.conf.d", node.listdir,
+                                                     node.isdir)
     docs = []
     for path in paths:
         text = node.read(path)
@@ -385,9 +455,13 @@ def crio_files(node, instance, view):
         except TomlError as exc:
             view["config_error"] = {"path": path, "line": exc.line, "message": exc.message}
             return
+        view["config_error"] = type_error(path, docs[-1][1], _CRIO_TYPES, "CRI-O")
+        if view["config_error"]:
+            return
     merged = {}
     for _path, doc in docs:
         merged = deep_merge(merged, doc.data)
+    view["reader"] = docs[0][1].reader if docs else None
     runtime = (merged.get("crio") or {}).get("runtime") or {}
     view["runtimes"] = dict((name, {"runtime_type": "oci", "binary": "", "systemd_cgroup": False, "builtin": True,
                                     "origin": None}) for name in CRIO_BUILTIN)
