@@ -8,11 +8,8 @@ first, each file once; later files override earlier ones. How an entry is
 resolved and merged depends on the version (verified with Debian's 1.6.20,
 1.7.24 and 2.1.9, and containerd's source):
 
-* an entry with `*` is a glob (Go's filepath.Glob), any other entry is one
-  file; a relative file is relative to the importing file's directory; a
-  relative glob is too from 1.7 on, but 1.6 expands it from its working
-  directory (`/` under systemd);
-* a missing file stops containerd 1.x from starting; 2.x skips it;
+* the rules module_utils/node/containerd_semantics.py states (globs, relative
+  entries, missing files), shared with discovery and the doctor;
 * 1.x lets an imported plugin table REPLACE the whole table read before it
   (a drop-in defining only a runtime loses sandbox_image, SystemdCgroup,
   runc...); 2.x merges tables key by key;
@@ -28,42 +25,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import posixpath
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import (
     CRI_DUMP_PLUGINS, ConfigError, get_path, parse)
 
 # The CRI plugin ids of containerd 1.x (one plugin, version 1 and 2 names).
 CRI_1X_PLUGINS = ("cri", "io.containerd.grpc.v1.cri")
-
-
-class Semantics(object):
-    """How a containerd version resolves and merges imports."""
-
-    def __init__(self, containerd_version, root_version=None):
-        match = re.search(r"(\d+)\.(\d+)", containerd_version or "")
-        self.major, self.minor = (int(match.group(1)), int(match.group(2))) if match else (None, None)
-        if self.major is None and root_version is not None and root_version >= 3:
-            self.major = 2  # only containerd 2.x reads version 3 and 4 files
-        # Unknown version: assume the 1.x rules, the ones that can lose settings.
-        self.replaces_plugin_tables = self.major is None or self.major < 2
-        self.missing_file_is_fatal = self.major is None or self.major < 2
-        self.glob_from_cwd = self.major == 1 and self.minor < 7
-
-    def name(self):
-        return "%d.%d" % (self.major, self.minor) if self.minor is not None else "1.x"
-
-    def absolute(self, entry, importer):
-        """The absolute path or pattern an `imports` entry stands for."""
-        if "*" in entry and self.glob_from_cwd:
-            return entry if posixpath.isabs(entry) else posixpath.join("/", entry)
-        path = posixpath.normpath(entry)
-        if not posixpath.isabs(path):
-            path = posixpath.normpath(posixpath.join(posixpath.dirname(importer), path))
-        return path
 
 
 class ConfigFile(object):

@@ -687,6 +687,34 @@ def test_crio_values_of_a_type_crio_cannot_decode_are_findings(tmp_path, reader)
         "CRI-O expects a string there" in item["message"]
 
 
+def test_imports_load_breadth_first_each_once_with_go_globs(tmp_path, reader):
+    """As containerd loads them (and as the editor reads them, containerd_semantics): the root file, then its
+    imports in order, then theirs; Go's `*` matches dot files and `[^...]` negates a class."""
+    tree = kubeadm_with_nvidia(tmp_path)
+    main = open(tree.local("/etc/containerd/config.toml")).read()
+    tree.file("/etc/containerd/config.toml", main.replace(
+        "version = 2\n", 'version = 2\nimports = ["a.toml", "/etc/containerd/conf.d/[^9]*.toml"]\n', 1))
+    tree.file("/etc/containerd/a.toml", 'version = 2\nimports = ["nested.toml", "config.toml"]\n')
+    tree.file("/etc/containerd/nested.toml", "version = 2\n")
+    tree.file("/etc/containerd/conf.d/10-b.toml", "version = 2\n")
+    tree.file("/etc/containerd/conf.d/.hidden.toml", "version = 2\n")
+    tree.file("/etc/containerd/conf.d/90-skipped.toml", "version = 2\n")
+    _fired, result = diagnose(tmp_path)
+    assert result["sources"][0]["files"] == [
+        "/etc/containerd/config.toml", "/etc/containerd/a.toml", "/etc/containerd/conf.d/.hidden.toml",
+        "/etc/containerd/conf.d/10-b.toml", "/etc/containerd/nested.toml"]
+
+
+def test_an_import_pattern_go_refuses_is_unreadable_at_the_imports_line(tmp_path, reader):
+    tree = kubeadm_with_nvidia(tmp_path)
+    main = open(tree.local("/etc/containerd/config.toml")).read()
+    tree.file("/etc/containerd/config.toml", main.replace(
+        "version = 2\n", 'version = 2\nimports = ["/etc/containerd/conf.d/[*.toml"]\n', 1))
+    fired, _unused = diagnose(tmp_path)
+    (item,) = fired["config-unreadable"]
+    assert item["evidence"][0]["line"] == 2 and "not a pattern Go's filepath.Glob accepts" in item["message"]
+
+
 def test_a_failing_rule_is_a_finding_and_the_others_still_run(tmp_path, reader, monkeypatch):
     build(tmp_path, "kubeadm-containerd")
     broken = doctor_rules.Rule("nouveau-loaded", "critical", "I6", "t", lambda rule, ctx: 1 / 0)

@@ -96,27 +96,32 @@ def match_path(pattern, path):
     return all(match(p, n) for p, n in zip(pattern_parts, path_parts))
 
 
-def glob(pattern):
-    """Go's filepath.Glob: matching paths, sorted per directory; missing directories match nothing."""
+def glob(pattern, listdir=None, lexists=os.path.lexists):
+    """Go's filepath.Glob: matching paths, sorted per directory; missing directories match nothing.
+    listdir and lexists read the node (default: this machine's files; an image's root through a node reader)."""
     if not has_meta(pattern):
-        return [pattern] if os.path.lexists(pattern) else []
+        return [pattern] if lexists(pattern) else []
     directory, name = os.path.split(pattern)
     directory = directory or "."
     _translate(name)  # a bad pattern fails even when nothing could match
     if not has_meta(directory):
-        return _glob_in(directory, name)
+        return _glob_in(directory, name, listdir or _listdir)
     if directory == pattern:
         raise BadPattern("recursive pattern %r" % pattern)
     found = []
-    for parent in glob(directory):
-        found.extend(_glob_in(parent, name))
+    for parent in glob(directory, listdir, lexists):
+        found.extend(_glob_in(parent, name, listdir or _listdir))
     return found
 
 
-def _glob_in(directory, name):
+def _listdir(directory):
     try:
-        names = sorted(os.listdir(directory))
+        return os.listdir(directory)
     except OSError:
         return []
+
+
+def _glob_in(directory, name, listdir):
     # Go joins with filepath.Join, which cleans the path (no "//" or "/./").
-    return [os.path.normpath(os.path.join(directory, entry)) for entry in names if match(name, entry)]
+    return [os.path.normpath(os.path.join(directory, entry)) for entry in sorted(listdir(directory))
+            if match(name, entry)]

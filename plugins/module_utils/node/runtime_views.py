@@ -25,12 +25,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import fnmatch
+import json
 import os
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient, default_runtime_from_status, runtimes_from_status)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.crio_config import dropin_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
     DockerConfigError, key_line, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import SEARCH_DIRS
@@ -93,7 +95,7 @@ def build_view(node, instance, query_cri=False, cri_timeout=5.0, run_dump=True):
 def containerd_files(node, instance, view):
     view["major"] = major_version(instance)
     view["source"] = "files"
-    docs = load_with_imports(node, instance["config_path"], view)
+    docs = load_with_imports(node, instance, view)
     if view["config_error"]:
         return
     merged = merge_documents(docs, view["major"])
@@ -102,32 +104,47 @@ def containerd_files(node, instance, view):
     view["cri_tables"] = cri_tables(docs)
 
 
-def load_with_imports(node, path, view, seen=None):
-    """[(path, TomlDocument)] in the order containerd merges them: the file, then each import."""
-    seen = set() if seen is None else seen
-    if path in seen:
-        return []
-    seen.add(path)
+def load_with_imports(node, instance, view):
+    """[(path, TomlDocument)] in the order containerd loads and merges them: the instance's file, then the files
+    its `imports` name, breadth first, each once (containerd_semantics)."""
+    config_version = instance.get("config_version")
+    semantics = Semantics(instance.get("version"), config_version if isinstance(config_version, int) else None)
+    docs, loaded, pending = [], set(), [instance["config_path"]]
+    while pending:
+        path = pending.pop(0)
+        if path in loaded:
+            continue
+        loaded.add(path)
+        doc = _read_one(node, path, view)
+        if view["config_error"]:
+            return docs
+        if doc is None:
+            continue
+        docs.append((path, doc))
+        for pattern in doc.data.get("imports") or []:
+            try:
+                pending.extend(expand_import(node, semantics.absolute(pattern, path)))
+            except goglob.BadPattern as exc:
+                view["config_error"] = {"path": path, "line": doc.line_of(("imports",)), "message": (
+                    "imports entry %s is not a pattern Go's filepath.Glob accepts (%s)" % (json.dumps(pattern), exc))}
+                return docs
+    return docs
+
+
+def _read_one(node, path, view):
+    """One file's TomlDocument, None when it does not exist; a file containerd cannot load is view's config_error."""
     text = node.read(path)
     view["files"].append({"path": path, "exists": text is not None})
     if text is None:
-        return []
+        return None
     try:
         doc = read_toml(text)
     except TomlError as exc:
         view["config_error"] = {"path": path, "line": exc.line, "message": exc.message}
-        return []
+        return None
     view["config_error"] = (type_error(path, doc, _CONTAINERD_TYPES, "containerd") or type_error(
         path, doc, _RUNTIME_OPTION_TYPES, "containerd", "containerd starts, but no container of that runtime does"))
-    if view["config_error"]:
-        return []
-    docs = [(path, doc)]
-    for pattern in doc.data.get("imports") or []:
-        for imported in expand_import(node, path, pattern):
-            docs.extend(load_with_imports(node, imported, view, seen))
-            if view["config_error"]:
-                return docs
-    return docs
+    return doc
 
 
 # The Go types containerd decodes the keys this collection reads into. A value of another TOML type stops
@@ -199,14 +216,12 @@ def _toml_type(value):
     return "a date or time"
 
 
-def expand_import(node, main_path, pattern):
-    """Files an `imports` entry names, sorted as Go's filepath.Glob returns them."""
-    if not os.path.isabs(pattern):
-        pattern = os.path.join(os.path.dirname(main_path), pattern)
-    directory, name = os.path.split(pattern)
-    if not any(c in name for c in "*?["):
-        return [pattern] if node.isfile(pattern) else []
-    return sorted(p for p in node.glob(directory, name) if node.isfile(p) and fnmatch.fnmatch(os.path.basename(p), name))
+def expand_import(node, entry):
+    """The files an (absolute) `imports` entry names: one file, or a glob as Go's filepath.Glob expands it
+    (raises goglob.BadPattern). A missing file is kept: it stops containerd 1.x."""
+    if "*" not in entry:
+        return [entry]
+    return [path for path in goglob.glob(entry, node.listdir, node.exists) if node.isfile(path)]
 
 
 def plugin_table(data, ids=CRI_PLUGIN_IDS):

@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""How a containerd version resolves and merges `imports`: one answer for the editor (controller side,
+plugin_utils/containerd_imports.py) and for discovery and the doctor (on the node, runtime_views.py).
+
+Verified with Debian's 1.6.20, 1.7.24 and 2.1.9, and containerd's source: containerd loads its root file,
+then the files its `imports` name, breadth first, each file once. An entry with `*` is a glob (Go's
+filepath.Glob), any other entry is one file; a relative file is relative to the importing file's directory;
+a relative glob is too from 1.7 on, but 1.6 expands it from its working directory (`/` under systemd). A
+missing file stops containerd 1.x from starting; 2.x skips it. 1.x lets an imported plugin table replace
+the whole table read before it; 2.x merges tables key by key. Standard library only.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import posixpath
+import re
+
+
+class Semantics(object):
+    """How a containerd version resolves and merges imports."""
+
+    def __init__(self, containerd_version, root_version=None):
+        match = re.search(r"(\d+)\.(\d+)", containerd_version or "")
+        self.major, self.minor = (int(match.group(1)), int(match.group(2))) if match else (None, None)
+        if self.major is None and root_version is not None and root_version >= 3:
+            self.major = 2  # only containerd 2.x reads version 3 and 4 files
+        # Unknown version: assume the 1.x rules, the ones that can lose settings.
+        self.replaces_plugin_tables = self.major is None or self.major < 2
+        self.missing_file_is_fatal = self.major is None or self.major < 2
+        self.glob_from_cwd = self.major == 1 and self.minor < 7
+
+    def name(self):
+        return "%d.%d" % (self.major, self.minor) if self.minor is not None else "1.x"
+
+    def absolute(self, entry, importer):
+        """The absolute path or pattern an `imports` entry stands for."""
+        if "*" in entry and self.glob_from_cwd:
+            return entry if posixpath.isabs(entry) else posixpath.join("/", entry)
+        path = posixpath.normpath(entry)
+        if not posixpath.isabs(path):
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(importer), path))
+        return path
