@@ -486,6 +486,29 @@ def test_toml_top_version(text, version):
     assert runtime_instances.toml_top_version(text) == version
 
 
+@pytest.mark.parametrize("text, address, imports", [
+    ('version = 2\n[grpc]  # where kubelet connects\n  address = "/run/k8s/containerd.sock"\n',
+     "/run/k8s/containerd.sock", []),
+    ('version = 2\ngrpc.address = "/run/k8s/containerd.sock"\n', "/run/k8s/containerd.sock", []),
+    ("version = 2\ngrpc = { address = '/run/k8s/containerd.sock' }\n", "/run/k8s/containerd.sock", []),
+    ('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n[plugins."x"]\n  imports = ["/not/root.toml"]\n',
+     None, ["/etc/containerd/conf.d/*.toml"]),
+    ('version = 2\n[plugins."x"]\n  note = """\n[grpc]\naddress = "/not/a/table"\n"""\n', None, []),
+])
+def test_containerd_settings_are_read_as_toml(text, address, imports):
+    """Discovery reads the config with the doctor's TOML reader: any TOML style, and nothing that only looks
+    like a setting (a table's own `imports`, a multi-line string)."""
+    settings, error = runtime_instances.containerd_settings(text)
+    assert error is None and settings["address"] == address and settings["imports"] == imports
+
+
+def test_containerd_settings_of_a_template_come_from_its_lines():
+    text = 'version = 3\n{{ template "base" . }}\n[grpc]\n  address = "/run/k3s/containerd/containerd.sock"\n'
+    settings, error = runtime_instances.containerd_settings(text)
+    assert error is not None and settings["version"] == 3
+    assert settings["address"] == "/run/k3s/containerd/containerd.sock"
+
+
 def test_unit_drop_ins_environment_and_reset(tmp_path):
     tree = node_trees.NodeTree(tmp_path)
     tree.unit("containerd.service", "/usr/bin/containerd")

@@ -25,6 +25,7 @@ import re
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.crio_config import dropin_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
     DockerConfigError, parse_daemon_json)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     binary_version, flag_value, normalize_socket, processes, split_args, unit)
 
@@ -101,17 +102,41 @@ def containerd_instance(node, argv, platform, defaults=None):
     defaults = defaults or {}
     config = flag_value(argv, ("--config", "-c")) or defaults.get("config") or DEFAULT_CONTAINERD_CONFIG
     text = node.read(config)
-    socket = (flag_value(argv, ("--address", "-a")) or toml_section_string(text, "grpc", "address")
+    settings, error = containerd_settings(text)
+    socket = (flag_value(argv, ("--address", "-a")) or settings["address"]
               or defaults.get("socket") or DEFAULT_CONTAINERD_SOCKET)
-    imports = toml_string_list(TOML_IMPORTS_RE, text)
     instance = new_instance(
         "containerd", platform, socket=socket, config_path=config, config_exists=text is not None,
-        config_version=toml_top_version(text), imports=imports,
-        disabled_plugins=toml_string_list(TOML_DISABLED_RE, text),
-        dropin_dir=_dropin_dir(imports), edit_path=config,
+        config_version=settings["version"], imports=settings["imports"],
+        disabled_plugins=settings["disabled_plugins"], dropin_dir=_dropin_dir(settings["imports"]), edit_path=config,
         binary=defaults.get("binary") or (argv[0] if argv and argv[0].startswith("/") else None))
+    if error:
+        instance["notes"].append("%s line %s: %s" % (config, error.line, error.message))
     PLATFORM_RULES.get(platform, _no_rule)(node, instance)
     return instance
+
+
+def containerd_settings(text):
+    """({version, imports, disabled_plugins, address}, TomlError or None) of a containerd config, read as TOML
+    (the doctor's reader). Text that is no TOML (a platform's Go template, a broken file) gives what line
+    patterns find in it, and the error; a value of another type than containerd's counts as absent."""
+    if text is None:
+        return {"version": None, "imports": [], "disabled_plugins": [], "address": None}, None
+    try:
+        data = read_toml(text).data
+    except TomlError as exc:
+        return {"version": toml_top_version(text), "imports": toml_string_list(TOML_IMPORTS_RE, text),
+                "disabled_plugins": toml_string_list(TOML_DISABLED_RE, text),
+                "address": toml_section_string(text, "grpc", "address")}, exc
+    grpc = data.get("grpc") if isinstance(data.get("grpc"), dict) else {}
+    version = data.get("version", 1)
+    return {"version": version if isinstance(version, int) and not isinstance(version, bool) else None,
+            "imports": _strings(data.get("imports")), "disabled_plugins": _strings(data.get("disabled_plugins")),
+            "address": grpc.get("address") if isinstance(grpc.get("address"), str) else None}, None
+
+
+def _strings(value):
+    return list(value) if isinstance(value, list) and all(isinstance(item, str) for item in value) else []
 
 
 def _dropin_dir(imports):
@@ -339,10 +364,21 @@ def crio_instance(node, argv):
     socket = flag_value(argv, ("--listen",))
     texts = [node.read(config)] + [node.read(p) for p in dropin_files(dropins, node.listdir, node.isdir)]
     for text in texts:  # drop-ins in name order override the main file
-        socket = toml_section_string(text, "crio.api", "listen") or socket
+        socket = _crio_listen(text) or socket
     return new_instance("crio", "crio", socket=socket or DEFAULT_CRIO_SOCKET, config_path=config,
                         config_exists=texts[0] is not None, dropin_dir=dropins, edit_path=dropins,
                         edit_mode="dropin", binary="/usr/bin/crio")
+
+
+def _crio_listen(text):
+    """crio.api.listen of one CRI-O file, read as TOML (None when unset, or in a file CRI-O cannot read)."""
+    try:
+        data = read_toml(text).data if text is not None else {}
+    except TomlError:
+        return None
+    api = (data.get("crio") if isinstance(data.get("crio"), dict) else {}).get("api")
+    listen = api.get("listen") if isinstance(api, dict) else None
+    return listen if isinstance(listen, str) else None
 
 
 def cri_dockerd_socket(node, procs):
