@@ -157,6 +157,19 @@ def test_eks_al2_kubelet_flags_from_the_unit_and_its_drop_in(tmp_path):
     assert kubelet["cgroup_driver"] == "systemd"
 
 
+def test_kubelet_drop_ins_are_the_conf_files_of_its_config_dir_as_kubelet_reads_them(tmp_path):
+    """kubelet applies the `.conf` files of --config-dir (subdirectories too, by name) and nothing else."""
+    tree = node_trees.NodeTree(tmp_path)
+    node_trees._distro_containerd(tree)
+    node_trees._kubeadm_kubelet(tree, extra_args=" --config-dir=/etc/kubernetes/kubelet.conf.d")
+    tree.file("/etc/kubernetes/kubelet.conf.d/10-cgroup.conf", "cgroupDriver: cgroupfs\n")
+    tree.file("/etc/kubernetes/kubelet.conf.d/20-more/30-cgroup.conf", "cgroupDriver: systemd\n")
+    tree.file("/etc/kubernetes/kubelet.conf.d/90-ignored.json", '{"cgroupDriver": "cgroupfs"}\n')
+    tree.file("/etc/kubernetes/kubelet.conf.d/99-ignored.conf.bak", "cgroupDriver: cgroupfs\n")
+    facts = discovery.gather(str(tmp_path))
+    assert facts["kubelet"]["cgroup_driver"] == "systemd"
+
+
 # --- target edge cases -------------------------------------------------------------------------------------
 
 def test_ambiguous_without_kubelet_gives_no_target(tmp_path):

@@ -26,6 +26,7 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
 
 HEADER_MARK = "# Managed by gpunode.nvidia (crio_runtime module)."
 HEADER = (
@@ -112,18 +113,7 @@ def _default_runtime(doc):
 def config_files(main_config, dropin_dir):
     """Files in the order CRI-O applies them: the main file, then the drop-ins."""
     files = [main_config] if main_config and os.path.isfile(main_config) else []
-    return files + dropin_files(dropin_dir, _listdir, os.path.isdir)
-
-
-def dropin_files(directory, listdir, isdir):
-    """The drop-ins of DIRECTORY in the order CRI-O applies them: as Go's filepath.Walk visits them, every file
-    whatever its name (a backup or an editor's swap file too), by name, a subdirectory's files where its name
-    sorts. listdir and isdir read the node (the live one, or an image's root)."""
-    files = []
-    for name in sorted(listdir(directory)):
-        path = os.path.join(directory, name)
-        files.extend(dropin_files(path, listdir, isdir) if isdir(path) else [path])
-    return files
+    return files + walk_files(dropin_dir, _listdir, os.path.isdir)  # every file, whatever its name
 
 
 def _listdir(directory):

@@ -25,6 +25,7 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     Node, flag_value, normalize_socket, processes, read_env_file, split_args, unit, unit_lines)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.nvidia_facts import driver, glibc, gpus, toolkit
@@ -166,7 +167,7 @@ def _apply_config_file(node, facts):
         "/etc/kubernetes/kubelet/kubelet-config.json"]
     files = [p for p in candidates if p and node.isfile(p)][:1]
     if facts["config_dir"]:
-        files += sorted(node.glob(facts["config_dir"], "*.conf")) + sorted(node.glob(facts["config_dir"], "*.json"))
+        files += walk_files(facts["config_dir"], node.listdir, node.isdir, ".conf")  # kubelet reads only these
     config_cgroup = None
     for path in files:
         if facts["config_path"] is None:

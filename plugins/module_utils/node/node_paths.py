@@ -19,6 +19,21 @@ UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/syste
              "/lib/systemd/system", "/usr/lib/systemd/system")
 
 
+def walk_files(directory, listdir, isdir, suffix=""):
+    """The files under DIRECTORY whose names end with SUFFIX, in the order Go's filepath.Walk and WalkDir visit
+    them: by name, a subdirectory's files where its name sorts. CRI-O applies every file of crio.conf.d this way
+    (any name: a backup or an editor's swap file too), kubelet the `.conf` files of its --config-dir. listdir
+    and isdir read the node (the live one, or an image's root)."""
+    files = []
+    for name in sorted(listdir(directory)):
+        path = directory.rstrip("/") + "/" + name
+        if isdir(path):
+            files.extend(walk_files(path, listdir, isdir, suffix))
+        elif name.endswith(suffix):
+            files.append(path)
+    return files
+
+
 def in_root(root, node_path):
     """The local path of node_path when the node's `/` is at root."""
     return os.path.join(root or "/", node_path.lstrip("/"))

@@ -22,10 +22,10 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.crio_config import dropin_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
     DockerConfigError, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     binary_version, flag_value, normalize_socket, processes, split_args, unit)
 
@@ -362,7 +362,7 @@ def crio_instance(node, argv):
     config = flag_value(argv, ("--config",)) or "/etc/crio/crio.conf"
     dropins = flag_value(argv, ("--config-dir",)) or "/etc/crio/crio.conf.d"
     socket = flag_value(argv, ("--listen",))
-    texts = [node.read(config)] + [node.read(p) for p in dropin_files(dropins, node.listdir, node.isdir)]
+    texts = [node.read(config)] + [node.read(p) for p in walk_files(dropins, node.listdir, node.isdir)]
     for text in texts:  # drop-ins in name order override the main file
         socket = _crio_listen(text) or socket
     return new_instance("crio", "crio", socket=socket or DEFAULT_CRIO_SOCKET, config_path=config,

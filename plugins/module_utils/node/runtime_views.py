@@ -31,7 +31,7 @@ import os
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient, default_runtime_from_status, runtimes_from_status)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.crio_config import dropin_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
     DockerConfigError, key_line, parse_daemon_json)
@@ -455,10 +455,10 @@ def docker_files(node, instance, view):
 
 
 def crio_files(node, instance, view):
-    """CRI-O: crio.conf, then its drop-ins in name order (later files override keys)."""
+    """CRI-O: crio.conf, then every file of its drop-in directory in name order (later files override keys)."""
     view["source"] = "files"
-    paths = [instance["config_path"]] + dropin_files(instance["dropin_dir"] or "/etc/crio/crio.conf.d", node.listdir,
-                                                     node.isdir)
+    dropins = walk_files(instance["dropin_dir"] or "/etc/crio/crio.conf.d", node.listdir, node.isdir)
+    paths = [instance["config_path"]] + dropins
     docs = []
     for path in paths:
         text = node.read(path)
