@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - older controllers
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import toml_type
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 
@@ -335,20 +336,11 @@ def _require_tables(data, layout, table_path, path, what):
                      or layout.inline_ancestor(table_path[:size]))
             where = "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?"
             kind = "an array of tables" if isinstance(value, list) and layout.array_ancestor(
-                table_path[:size]) else _type_name(value)
+                table_path[:size]) else toml_type(value)
             raise ConfigError(
                 "%s: %s: %s must be a table (it is %s), so containerd cannot read %s from it. Fix that "
                 "key and run again. The file was left unchanged."
                 % (path, where, render_path(table_path[:size], '"'), kind, what))
-
-
-def _type_name(value):
-    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-                       (list, "an array"), (datetime.datetime, "a date-time"), (datetime.date, "a date"),
-                       (datetime.time, "a time")):
-        if isinstance(value, kind):
-            return name
-    return "a %s" % type(value).__name__
 
 
 # ---------------------------------------------------------------- planning
@@ -492,7 +484,7 @@ class _Edit(object):
             raise ConfigError("%s: %s: default_runtime_name must be a string naming a runtime, not %s. Fix it and "
                               "run again. The file was left unchanged."
                               % (path, "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?",
-                                 _type_name(default)))
+                                 toml_type(default)))
         self.default_name = default
         legacy = get_path(data, self.legacy_default_path)
         self.legacy_default = legacy if isinstance(legacy, dict) and legacy.get("runtime_type") else None

@@ -30,6 +30,8 @@ import json
 import re
 from collections import OrderedDict, namedtuple
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.value_kinds import mismatch, values_at
+
 BOM = u"\ufeff"
 DEFAULT_INDENT = "  "
 # dockerd refuses these runtime names in daemon.json ("runtime name ... is reserved").
@@ -127,32 +129,23 @@ def _check_types(data, text, path):
     """Refuse, as dockerd's Go decoder does, a value of another JSON type at a key this collection reads or
     writes (`null` is "not set" to Go, and passes)."""
     checks = list(DOCKERD_TYPES.items())
-    runtimes = data.get("runtimes")
-    for name, runtime in runtimes.items() if isinstance(runtimes, dict) else ():
-        checks.append((("runtimes", name), "an object"))
-        if isinstance(runtime, dict):
-            checks.extend((("runtimes", name, key), kind) for key, kind in RUNTIME_TYPES.items())
+    for keys, _runtime in values_at(data, ("runtimes", "*")):
+        checks.append((keys, "an object"))
+        checks.extend((keys + (key,), kind) for key, kind in RUNTIME_TYPES.items())
     for keys, kind in checks:
         value = get_key(data, keys)
-        if value is None:
-            continue
-        container, item = _KINDS[kind]
-        if not isinstance(value, container):
-            _type_error(text, path, keys, ".".join(keys), value, kind)
-        items = enumerate(value) if isinstance(value, list) else value.items() if item else ()
-        for index, element in items:
-            if element is not None and not isinstance(element, item):
-                name = "%s[%d]" % (".".join(keys), index) if isinstance(value, list) else ".".join(keys + (index,))
-                _type_error(text, path, keys if isinstance(value, list) else keys + (index,), name, element,
-                            "a string" if item is str else "true or false")
+        problem = mismatch(value, kind) if value is not None else None
+        if problem:
+            _type_error(text, path, keys, *problem)
 
 
-# kind: (the JSON container or scalar, the type of its items or None)
-_KINDS = {"a string": (str, None), "a list of strings": (list, str), "an object": (dict, None),
-          "an object of booleans": (dict, bool)}
-
-
-def _type_error(text, path, keys, name, value, kind):
+def _type_error(text, path, keys, where, value, kind):
+    """WHERE: () for the value at KEYS itself, (index,) for an item of its list, (key,) for a member of its object."""
+    if where and isinstance(where[0], int):
+        name = "%s[%d]" % (".".join(keys), where[0])
+    else:
+        keys += where
+        name = ".".join(keys)
     line = key_line(text, keys)
     raise DockerConfigError(
         "%s%s: %s is %s; dockerd expects %s there and does not start with this file. Fix it by hand; "

@@ -427,6 +427,16 @@ class _Reader(object):
             self.skip_blank()
 
 
+def toml_type(value):
+    """How TOML names a parsed value's type, for messages (tomllib's dates and times are objects)."""
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                       (list, "an array"), (dict, "a table"), (datetime.datetime, "a date-time"),
+                       (datetime.date, "a date"), (datetime.time, "a time")):
+        if isinstance(value, kind):
+            return name
+    return "a %s" % type(value).__name__
+
+
 def _name(path):
     return ".".join(path)
 

@@ -25,6 +25,7 @@ import re
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
     DockerConfigError, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.value_kinds import mismatch, values_at
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     binary_version, flag_value, normalize_socket, processes, split_args, unit)
@@ -128,15 +129,16 @@ def containerd_settings(text):
         return {"version": toml_top_version(text), "imports": toml_string_list(TOML_IMPORTS_RE, text),
                 "disabled_plugins": toml_string_list(TOML_DISABLED_RE, text),
                 "address": toml_section_string(text, "grpc", "address")}, exc
-    grpc = data.get("grpc") if isinstance(data.get("grpc"), dict) else {}
-    version = data.get("version", 1)
-    return {"version": version if isinstance(version, int) and not isinstance(version, bool) else None,
-            "imports": _strings(data.get("imports")), "disabled_plugins": _strings(data.get("disabled_plugins")),
-            "address": grpc.get("address") if isinstance(grpc.get("address"), str) else None}, None
+    version = data.get("version", 1)  # a file without `version` is version 1
+    return {"version": None if mismatch(version, "an integer") else version,
+            "imports": _typed(data, ("imports",), "a list of strings") or [],
+            "disabled_plugins": _typed(data, ("disabled_plugins",), "a list of strings") or [],
+            "address": _typed(data, ("grpc", "address"), "a string")}, None
 
 
-def _strings(value):
-    return list(value) if isinstance(value, list) and all(isinstance(item, str) for item in value) else []
+def _typed(data, keys, kind):
+    """The value at KEYS when it is of KIND, else None."""
+    return next((value for _keys, value in values_at(data, keys) if not mismatch(value, kind)), None)
 
 
 def _dropin_dir(imports):

@@ -37,7 +37,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_conf
     DockerConfigError, key_line, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import SEARCH_DIRS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml, toml_type
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.value_kinds import mismatch, values_at
 
 RUNC_TYPE = "io.containerd.runc.v2"
 # Plugin ids of the CRI runtime settings, newest first: containerd 2.x (config version 3),
@@ -178,42 +179,14 @@ def type_error(path, doc, schema, daemon, effect=None):
     """A config_error for the first value of DOC whose TOML type is not the one SCHEMA gives its key, or None.
     effect: what the daemon then does, when it still starts."""
     for keys, kind in schema:
-        for found, value in _values_at(doc.data, keys):
-            if not _is_kind(value, kind):
+        for found, value in values_at(doc.data, keys):
+            if mismatch(value, kind):
                 error = {"path": path, "line": doc.line_of(found), "message": "%s is %s; %s expects %s there" % (
-                    ".".join(found), _toml_type(value), daemon, kind)}
+                    ".".join(found), toml_type(value), daemon, kind)}
                 if effect:
                     error["effect"] = effect
                 return error
     return None
-
-
-def _values_at(data, keys):
-    """(key path, value) of each value at KEYS in DATA; "*" stands for every key of a table."""
-    if not keys:
-        return [((), data)]
-    if not isinstance(data, dict):
-        return []
-    names = list(data) if keys[0] == "*" else [keys[0]] if keys[0] in data else []
-    return [((name,) + found, value) for name in names for found, value in _values_at(data[name], keys[1:])]
-
-
-def _is_kind(value, kind):
-    if kind == "a list of strings":
-        return isinstance(value, list) and all(isinstance(item, str) for item in value)
-    if kind == "an integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, {"a string": str, "a boolean": bool, "a table": dict}[kind])
-
-
-def _toml_type(value):
-    if isinstance(value, bool):
-        return "a boolean"
-    for kind, name in ((str, "a string"), (int, "an integer"), (float, "a float"), (dict, "a table"),
-                       (list, "an array")):
-        if isinstance(value, kind):
-            return name
-    return "a date or time"
 
 
 def expand_import(node, entry):
