@@ -22,9 +22,9 @@ notes:
     that this module did not write (for example one from C(nvidia-ctk)) is backed up before it is
     replaced or removed, whatever O(backup) says.
   - Reads C(/etc/crio/crio.conf) and every file of the drop-in directory, whatever its name and in its
-    subdirectories too (CRI-O applies them in name order; the last one wins) and warns, in RV(overrides) and as task warnings, when a later
-    drop-in redefines the runtime or another C(default_runtime); with O(state=absent), when a
-    remaining C(default_runtime) would still name the removed runtime.
+    subdirectories too (CRI-O applies them in name order; the last one wins), and warns, in RV(overrides)
+    and as task warnings, when a later drop-in redefines the runtime or another C(default_runtime); with
+    O(state=absent), when a remaining C(default_runtime) would still name the removed runtime.
   - The write is atomic (temporary file, fsync, rename) and keeps owner, mode and SELinux context of an
     existing file. CRI-O reads every file of its drop-in directory, so the temporary file and the backup are
     written in the directory above it (C(/etc/crio/99-nvidia.toml.PID.DATE~)), where CRI-O never reads them;
