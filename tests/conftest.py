@@ -56,7 +56,7 @@ def _support_oldest_ansible_core():
 _support_oldest_ansible_core()
 
 
-# Property-based tests (tests/unit/test_*_properties.py): `ci` is bounded and derandomized (same examples
+# Property-based tests (tests/unit/**/test_*_properties.py): `ci` is bounded and derandomized (same examples
 # on every run, fast on a loaded machine) and the default; `make fuzz` selects `fuzz`.
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

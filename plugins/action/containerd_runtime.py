@@ -27,11 +27,11 @@ from ansible_collections.gpunode.nvidia.plugins.modules.containerd_runtime impor
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data, mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
     bug_message, missing_binary_warning, missing_default_refusal, request_problem)
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports as imports_mod
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_plan as planning
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_target as targets
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import BOM, ConfigError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import effective
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import plan as planning
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import target as targets
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import BOM, ConfigError
 
 NODE_MODULE = "gpunode.nvidia.containerd_config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"

@@ -4,7 +4,7 @@
 """gpunode.nvidia.doctor_report: the diagnosis report, built and written on the controller.
 
 Reads each host's registered gpu_doctor result from hostvars, builds the report
-document (plugin_utils/doctor_report.py) and writes the JSON and HTML files on
+document (plugin_utils/doctor/report.py) and writes the JSON and HTML files on
 the controller. The files are local artifacts of the run, so they are written
 in check mode too, and the task never reports a change.
 """
@@ -16,7 +16,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction, write_atomically
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_report import (
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor.report import (
     build_report, render_console, render_html)
 
 ARGUMENT_SPEC = dict(

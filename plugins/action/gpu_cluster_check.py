@@ -4,7 +4,7 @@
 """gpunode.nvidia.gpu_cluster_check: runs on the controller only (kubeconfig + kubernetes client).
 
 The documentation is in plugins/modules/gpu_cluster_check.py; the work is in
-plugins/plugin_utils/cluster_verify.py.
+plugins/plugin_utils/cluster/verify.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,7 +16,7 @@ import time
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
 
 ARGUMENT_SPEC = dict(
     kubeconfig=dict(type="path"),

@@ -5,7 +5,7 @@
 
 It reads the Kubernetes API with the `kubernetes` client of the controller's
 Python (requirements.txt), whatever host the task targets, and never writes.
-The rules are in plugin_utils/doctor_cluster.py.
+The rules are in plugin_utils/doctor/cluster.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,7 +18,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor_cluster import (
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor.cluster import (
     cluster_finding, cluster_findings, read_cluster)
 
 ARGUMENT_SPEC = dict(

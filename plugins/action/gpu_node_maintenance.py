@@ -4,7 +4,7 @@
 """gpunode.nvidia.gpu_node_maintenance: runs on the controller only (kubeconfig + kubernetes client).
 
 The documentation is in plugins/modules/gpu_node_maintenance.py; the work is in
-plugins/plugin_utils/node_maintenance.py.
+plugins/plugin_utils/cluster/maintenance.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,8 +14,8 @@ __metaclass__ = type
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import node_maintenance as nm
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import maintenance as nm
 
 ARGUMENT_SPEC = dict(
     kubeconfig=dict(type="path"),

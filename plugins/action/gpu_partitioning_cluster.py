@@ -4,7 +4,7 @@
 """gpunode.nvidia.gpu_partitioning_cluster: runs on the controller only (kubeconfig + kubernetes client).
 
 The documentation is in plugins/modules/gpu_partitioning_cluster.py; rendering is in
-plugins/plugin_utils/device_plugin_config.py.
+plugins/plugin_utils/cluster/device_plugin_config.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,8 +13,8 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import device_plugin_config as dpc
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import device_plugin_config as dpc
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"

@@ -4,7 +4,7 @@
 """gpunode.nvidia.gpu_upgrade_state: runs on the controller only (kubeconfig + kubernetes client).
 
 The documentation is in plugins/modules/gpu_upgrade_state.py; the decisions are in
-plugins/plugin_utils/upgrade_rollout.py, the API calls in plugins/plugin_utils/upgrade_api.py.
+plugins/plugin_utils/cluster/upgrade_rollout.py, the API calls in plugins/plugin_utils/cluster/upgrade_api.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,9 +15,9 @@ import time
 
 from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect, unreachable
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.node_maintenance import TransportError
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.maintenance import TransportError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 
 ARGUMENT_SPEC = dict(

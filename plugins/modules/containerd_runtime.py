@@ -297,7 +297,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import DEFAULT_BINARY
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS
 
-# The same options as the action plugin validates (tests/unit/test_module_docs.py keeps them equal),
+# The same options as the action plugin validates (tests/unit/collection/test_module_docs.py keeps them equal),
 # so that the documentation is checked against them.
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),

@@ -24,7 +24,7 @@ import daemons  # noqa: E402
 from ansible_runner import run_module  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import plan_runtime_edit  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import plan_runtime_edit  # noqa: E402
 
 DEBIAN_DEFAULT = os.path.join(HERE, "..", "unit", "corpus", "containerd", "v2-debian-default.toml")
 RUNS = 5

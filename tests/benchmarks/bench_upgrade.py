@@ -31,9 +31,9 @@ sys.path.insert(0, os.path.join(REPO, ".cache", "collections"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 from test_upgrade_rollout import Rollout  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import cluster_verify as cv  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_api  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import upgrade_rollout as ro  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro  # noqa: E402
 
 NODE_SECONDS = float(os.environ.get("UPGRADE_BENCH_NODE_SECONDS", "3"))
 LIMITS = [int(x) for x in os.environ.get("UPGRADE_BENCH_LIMITS", "1,2,4").split(",")]

@@ -8,7 +8,7 @@ the NVIDIA and Debian driver/toolkit repository (tests/testbed/nvidia-repo.sh, s
 test key, served inside the build container on its loopback); nvidia-container-runtime and
 the vector-add sample (stand-ins that pass only through each other); the pause image; SSH host
 keys planted in the build container so that the cleanup has something to remove. AWS is not
-reachable: the AMI template is only validated (tests/unit/test_packer_templates.py).
+reachable: the AMI template is only validated (tests/unit/collection/test_packer_templates.py).
 """
 import json
 import os

@@ -17,8 +17,8 @@ import pytest
 import daemons
 from ansible_runner import REPO, run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import load_dump, runtime_in_dump
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import get_path
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.effective import load_dump, runtime_in_dump
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import get_path
 
 MODULE = "gpunode.nvidia.containerd_runtime"
 RELEASES = list(daemons.CONTAINERD_RELEASES)

@@ -18,7 +18,7 @@ import daemons
 from ansible_runner import run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import flatten, load_dump
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.effective import flatten, load_dump
 
 RELEASES = list(daemons.CONTAINERD_RELEASES)
 IDS = ["containerd-%s" % v for v in daemons.CONTAINERD_RELEASES.values()]

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 import daemons
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, plan_runtime_edit
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import (
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import ConfigError, plan_runtime_edit
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.effective import (
     compare, default_in_dump, load_dump, runtime_in_dump)
 
 RELEASES = list(daemons.CONTAINERD_RELEASES)

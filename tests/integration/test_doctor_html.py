@@ -27,7 +27,8 @@ import node_trees  # noqa: E402
 from kube_api_standin import Node  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import doctor_cluster, doctor_report  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor import cluster as doctor_cluster
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.doctor import report as doctor_report  # noqa: E402
 
 CHROMIUM_PACKAGE = "chromium"  # Debian's package (bookworm: chromium 1xx from bookworm-security)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import dra_readiness
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_effective import load_dump
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import plan_runtime_edit
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.effective import load_dump
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import plan_runtime_edit
 
 # CDI off as each release's packaged config leaves it: 1.7 reads no key (off by default), 2.1 an explicit false.
 CDI_OFF = {"trixie": 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n',

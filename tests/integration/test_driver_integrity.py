@@ -5,7 +5,7 @@ linux-headers-amd64, mokutil and unattended-upgrades (image local/gpunode-dkms:b
 tests/testbed/dkms-image.sh), apt and dpkg. STAND-INS: the NVIDIA driver packages (tests/testbed/nvidia-repo.sh:
 named and versioned like Debian's, 535.261.03-1 and the 535.309.01-0+deb12u1 update of the non-free side) and
 the Secure Boot firmware (a container has no EFI variables; the firmware's answers are unit-tested from fake
-trees in tests/unit/test_driver_integrity.py). The signed test module is built, never loaded (a container
+trees in tests/unit/plugins/module_utils/install/test_driver_integrity.py). The signed test module is built, never loaded (a container
 shares the host's kernel).
 """
 import json

@@ -21,10 +21,11 @@ import pytest
 import daemons
 from ansible_runner import run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_plan, containerd_target
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_effective as effective
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils import containerd_imports
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd_toml import ConfigError, get_path
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import plan as containerd_plan
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import target as containerd_target
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import effective
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as containerd_imports
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import ConfigError, get_path
 
 
 BINARY = "/usr/bin/nvidia-container-runtime"

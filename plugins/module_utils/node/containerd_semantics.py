@@ -2,7 +2,7 @@
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
 """How a containerd version resolves and merges `imports`: one answer for the editor (controller side,
-plugin_utils/containerd_imports.py) and for discovery and the doctor (on the node, runtime_views.py).
+plugin_utils/containerd/imports.py) and for discovery and the doctor (on the node, runtime_views.py).
 
 Verified with Debian's 1.6.20, 1.7.24 and 2.1.9, and containerd's source: containerd loads its root file,
 then the files its `imports` name, breadth first, each file once. An entry with `*` is a glob (Go's

@@ -1,0 +1,234 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""The rolling upgrade's reads and writes in the Kubernetes API (controller side, official client).
+
+The decisions are in upgrade_rollout.py; this module only moves objects: GPU nodes, the state label, the
+slot Lease (written with its resourceVersion: a 409 Conflict means another controller wrote first, and the
+caller decides again on what is now there), and the pods and PodDisruptionBudgets check mode reports.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import random
+import socket
+import time
+
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
+
+try:
+    from kubernetes import client as k8s
+except ImportError:  # the action plugins report the missing package with the install line
+    k8s = None
+
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+CONFLICT_PATIENCE = 120  # seconds a slot update retries lost resourceVersion races
+
+
+class Conflict(Exception):
+    """Another writer changed the object since it was read (409)."""
+
+
+def controller_identity():
+    """host/pid/start-time of the ansible-playbook process this action runs under (its workers' parent)."""
+    pid = os.getppid()
+    return "%s/%d/%s" % (socket.gethostname(), pid, _start_time(pid) or "?")
+
+
+def holder_alive(holder):
+    """True or False when the holder ran on this machine (its process is still the same one), else None."""
+    try:
+        host, pid, started = str(holder).split("/")
+        pid = int(pid)
+    except ValueError:
+        return None
+    if host != socket.gethostname() or started == "?":
+        return None
+    return _start_time(pid) == started
+
+
+def _start_time(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (IOError, OSError, IndexError):
+        return None
+
+
+def _serialize(api_client, obj):
+    return api_client.sanitize_for_serialization(obj)
+
+
+class UpgradeApi(object):
+    def __init__(self, api_client, lease_namespace="kube-system", lease_name="gpunode-upgrade"):
+        self.client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.policy = k8s.PolicyV1Api(api_client)
+        self.lease_namespace = lease_namespace
+        self.lease_name = lease_name
+
+    # --- nodes ---
+
+    def node(self, name):
+        try:
+            return _serialize(self.client, self.core.read_node(name))
+        except cv.ApiException as exc:
+            if exc.status == 404:
+                raise ro.RolloutError("node %s does not exist in the cluster (kubectl get node %s): give the Node "
+                                      "name with gpunode_node_name when it differs from the inventory name"
+                                      % (name, name))
+            raise ro.RolloutError("cannot read node %s: %s" % (name, cv.api_message(exc)))
+
+    def gpu_nodes(self, selector):
+        try:
+            nodes = self.core.list_node(label_selector=selector).items
+        except cv.ApiException as exc:
+            raise ro.RolloutError("cannot list the GPU nodes (%s): %s" % (selector, cv.api_message(exc)))
+        return [ro.node_view(_serialize(self.client, node)) for node in nodes]
+
+    def move_state(self, name, state, dry_run=False):
+        """(previous state, changed): the node's state label moved to STATE where the state machine allows it.
+
+        The check and the write are one: the label is written with the resourceVersion it was checked on, and a
+        409 Conflict checks again on what is there now. A task of a killed run that still finishes, or a second
+        controller, cannot move a node back or undo a finished one between the check and the write."""
+        def decide(node):
+            current = ro.node_view(node)["state"]
+            ro.check_transition(current, state)
+            return (None if current == state else {"metadata": {"labels": {ro.STATE_LABEL: state}}}), current
+
+        deadline = time.monotonic() + CONFLICT_PATIENCE
+        try:
+            return cv.patch_with_version(lambda: self.node(name), decide,
+                                         lambda patch: self.core.patch_node(name, patch), dry_run,
+                                         retry_conflict=lambda conflicts: time.monotonic() < deadline)
+        except cv.ApiException as exc:
+            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, cv.api_message(exc)))
+
+    # --- the slot Lease ---
+
+    def read_slots(self):
+        """(slots, lease body or None): the Lease's slot table, {} when the Lease does not exist yet."""
+        try:
+            lease = self.coordination.read_namespaced_lease(self.lease_name, self.lease_namespace)
+        except cv.ApiException as exc:
+            if exc.status == 404:
+                return {}, None
+            raise ro.RolloutError("cannot read Lease %s/%s: %s" % (self.lease_namespace, self.lease_name,
+                                                                   cv.api_message(exc)))
+        body = _serialize(self.client, lease)
+        return ro.parse_slots((body.get("metadata") or {}).get("annotations")), body
+
+    def write_slots(self, slots, lease):
+        """Write the table; Conflict when the Lease changed (or was created) since `lease` was read."""
+        annotations = {ro.SLOTS_ANNOTATION: ro.dump_slots(slots)}
+        spec = {"holderIdentity": "gpunode.nvidia upgrade", "renewTime": _micro_time()}
+        try:
+            if lease is None:
+                self.coordination.create_namespaced_lease(self.lease_namespace, {
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.lease_name, "annotations": annotations}, "spec": spec})
+                return
+            body = dict(lease)
+            merged = dict(lease["metadata"].get("annotations") or {}, **annotations)
+            body["metadata"] = dict(lease["metadata"], annotations=merged)
+            body["spec"] = dict(lease.get("spec") or {}, **spec)
+            self.coordination.replace_namespaced_lease(self.lease_name, self.lease_namespace, body)
+        except cv.ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(cv.api_message(exc))
+            raise ro.RolloutError("cannot write Lease %s/%s: %s" % (self.lease_namespace, self.lease_name,
+                                                                    cv.api_message(exc)))
+
+    def update_slots(self, change):
+        """Apply change(slots) -> new table or None, retrying on conflicts; returns the table written or None.
+
+        Many nodes share one Lease: conflicts are retried for CONFLICT_PATIENCE seconds, not a fixed count (200
+        contending writers exhausted 20 quick retries, and a node that finished would have been marked failed)."""
+        deadline = time.monotonic() + CONFLICT_PATIENCE
+        attempt = 0
+        while True:
+            slots, lease = self.read_slots()
+            table = change(slots)
+            if table is None:
+                return None
+            try:
+                self.write_slots(table, lease)
+                return table
+            except Conflict:
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise ro.RolloutError("Lease %s/%s changed under each of %d attempts in %d s: too many writers at "
+                                          "once; rerun (each node resumes where it stopped)"
+                                          % (self.lease_namespace, self.lease_name, attempt, CONFLICT_PATIENCE))
+                # Writers that lost together would collide again at once: each waits a random, growing while.
+                time.sleep(random.uniform(0, min(1.0, 0.05 * attempt)))
+
+    # --- what check mode reports ---
+
+    def pdb_waits(self, node):
+        """{namespace/pod: namespace/pdb} for the GPU pods on the node whose budget allows no disruption now."""
+        try:
+            pods = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items
+        except cv.ApiException as exc:
+            raise ro.RolloutError("cannot list the pods of node %s: %s" % (node, cv.api_message(exc)))
+        waits = {}
+        budgets = {}
+        for pod in (_serialize(self.client, p) for p in pods):
+            if not uses_gpu(pod):
+                continue
+            namespace = pod["metadata"].get("namespace", "default")
+            if namespace not in budgets:
+                budgets[namespace] = self._budgets(namespace)
+            for pdb in budgets[namespace]:
+                if _selects(pdb, pod) and (pdb.get("status") or {}).get("disruptionsAllowed", 0) < 1:
+                    waits["%s/%s" % (namespace, pod["metadata"]["name"])] = "%s/%s" % (namespace, pdb["metadata"]["name"])
+        return waits
+
+    def _budgets(self, namespace):
+        try:
+            return [_serialize(self.client, b) for b in
+                    self.policy.list_namespaced_pod_disruption_budget(namespace).items]
+        except cv.ApiException as exc:
+            raise ro.RolloutError("cannot list the PodDisruptionBudgets of namespace %s: %s"
+                                  % (namespace, cv.api_message(exc)))
+
+
+def uses_gpu(pod):
+    """A pod that requests an nvidia.com/* resource or holds a DRA resource claim."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = container.get("resources") or {}
+        for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
+            if any(name.startswith(GPU_RESOURCE_PREFIX) for name in amounts):
+                return True
+    return False
+
+
+def _selects(pdb, pod):
+    selector = (pdb.get("spec") or {}).get("selector") or {}
+    labels = pod["metadata"].get("labels") or {}
+    if not selector:
+        return False
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        present = expression["key"] in labels
+        value = labels.get(expression["key"])
+        operator = expression["operator"]
+        if ((operator == "In" and value not in expression.get("values", [])) or
+                (operator == "NotIn" and value in expression.get("values", [])) or
+                (operator == "Exists" and not present) or (operator == "DoesNotExist" and present)):
+            return False
+    return True
+
+
+def _micro_time():
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())

@@ -1,0 +1,1120 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpunode.nvidia contributors
+# Apache License 2.0
+"""Plan an in-place edit of a containerd config.toml (controller side).
+
+`plan_runtime_edit` returns the new text and what it means. The invariant
+(docs/containerd.md): for any input it either raises ConfigError (file, line,
+column, what to do) or returns text that parses, equals the input document
+plus exactly the intended change, keeps every line outside the runtime's own
+table and the keys asked for, and plans no further change when run again.
+Untouched lines stay byte-identical: new lines are spliced into the original
+text in the style of the tables around them (sections, dotted keys, inline
+tables), values are replaced inside their span, and the result is re-parsed
+and compared with the expected document before anyone sees it: an editor
+mistake becomes a refusal, never a wrong write.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import datetime
+import math
+import re
+import sys
+
+from ansible.module_utils.basic import missing_required_lib
+
+try:
+    import tomlkit
+    from tomlkit.exceptions import ParseError
+except ImportError:  # reported by require_tomlkit() when an edit is planned
+    tomlkit = None
+
+    class ParseError(Exception):
+        """Never raised: keeps the except clauses valid without tomlkit."""
+
+try:  # Python 3.11+: the standard parser, with precise error positions
+    import tomllib
+except ImportError:  # pragma: no cover - older controllers
+    tomllib = None
+
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import toml_type
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_layout import (
+    MAX_NESTING, Layout, ScanError, nesting_too_deep)
+
+# The CRI runtime plugin's table, by config version (field guide §2).
+CRI_PLUGIN = {
+    1: ("plugins", "cri"),
+    2: ("plugins", "io.containerd.grpc.v1.cri"),
+    3: ("plugins", "io.containerd.cri.v1.runtime"),
+    4: ("plugins", "io.containerd.cri.v1.runtime"),
+}
+CRI_V1_RUNTIME = ("plugins", "io.containerd.cri.v1.runtime")
+# Names under which `disabled_plugins` turns the CRI plugin off.
+CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images")
+# The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
+CRI_DUMP_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+RUNC_TYPE = "io.containerd.runc.v2"
+# Shims that run the OCI runtime binary named in options.BinaryName (or, for the 1.x v1 shim, options.Runtime).
+RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1")
+V1_LINUX_SHIM = "io.containerd.runtime.v1.linux"
+BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today: with containerd 1.x "
+                   "a file that lists any runtime replaces the built-in list")
+# The first line of a file this module creates: state: absent removes the file again once it holds nothing else.
+CREATED_COMMENT = "# Created by gpunode.nvidia.containerd_runtime (state: absent removes it when nothing else is set)."
+# Keys a runtime must share with the runtime pods use today, even when it already exists.
+INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
+# Written above default_runtime_name only when the previous default cannot be derived from the file.
+PREVIOUS_DEFAULT = re.compile(r"^[ \t]*# gpunode\.nvidia: default_runtime_name was (unset|\"([^\"\\\n]*)\")")
+PREVIOUS_DEFAULT_COMMENT = "# gpunode.nvidia: default_runtime_name was %s (state: absent restores it)"
+MAX_DEPTH = 64  # tables, arrays and inline tables together
+BUG_REPORT = ("The file was left unchanged. This is a bug in gpunode.nvidia.containerd_runtime: %s, "
+              "with the file attached (credentials removed)." % HOW_TO_REPORT)
+
+
+class ConfigError(Exception):
+    """A config this module must not edit; the message says where and what to do."""
+
+
+def require_tomlkit():
+    """Fail with the install line when the controller has no tomlkit (a controller-side requirement)."""
+    if tomlkit is None:
+        raise ConfigError("%s Install it on the controller: %s -m pip install tomlkit" % (
+            missing_required_lib("tomlkit", reason="to edit containerd's config.toml"), sys.executable))
+
+
+class Plan(object):
+    warnings = ()
+
+    def __init__(self, original, text, data, version, cri_path, name, runtime, default_runtime, source_runtime):
+        self.original = original
+        self.text = text
+        self.data = data
+        self.version = version
+        self.cri_path = cri_path
+        self.name = name
+        self.runtime = runtime
+        self.default_runtime = default_runtime
+        self.source_runtime = source_runtime
+
+    @property
+    def changed(self):
+        return self.text != self.original
+
+    @property
+    def cri_plugin(self):
+        return self.cri_path[1]
+
+
+# ---------------------------------------------------------------- reading
+
+
+def parse(text, path):
+    """Parse TOML into plain data; syntax errors name file, line and column."""
+    text = text[1:] if text.startswith(BOM) else text  # containerd 1.x reads past it; 2.x refuses it (its dump says)
+    deep = nesting_too_deep(text)
+    if deep:
+        raise ConfigError(
+            "%s: line %d, column %d: arrays or inline tables nested more than %d levels deep; containerd "
+            "configs never need that. The file was left unchanged; flatten that value and run again."
+            % (path, deep[0], deep[1], MAX_NESTING))
+    try:
+        if tomllib is not None:
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+                at_end = re.search(r"^(.*) \(at end of document\)$", str(exc))
+                if at_end:
+                    raise _syntax_error(path, *_end_of_file(text, at_end.group(1)))
+                reason, line, col = match.groups() if match else (str(exc), "?", "?")
+                raise _syntax_error(path, line, col, reason)
+        else:  # pragma: no cover
+            try:
+                data = tomlkit.parse(text).unwrap()
+            except ParseError as exc:
+                reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
+                raise _syntax_error(path, exc.line, exc.col, reason)
+    except RecursionError:
+        raise ConfigError("%s: the document nests too deeply to be read safely. The file was left unchanged; "
+                          "flatten it and run again." % path)
+    _check_depth(data, path)
+    return data
+
+
+_HEADER = re.compile(r"^[ \t]*(\[\[?[^\]\n]+\]\]?)")
+
+
+def _end_of_file(text, reason):
+    """(line, column, reason) for an error the parser met at the end of the file: the last line, and the
+    table that was still open there (where an unclosed string or array usually began)."""
+    lines = text.split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    headers = [match.group(1) for match in (_HEADER.match(line) for line in lines) if match]
+    where = " in table %s" % headers[-1] if headers else " at the top level (before any table)"
+    return (len(lines), len(lines[-1]) + 1,
+            "%s at the end of the file (the last line)%s" % (reason, where))
+
+
+def _syntax_error(path, line, col, reason):
+    return ConfigError("%s: line %s, column %s: %s. The file was left unchanged; fix the TOML and run again."
+                       % (path, line, col, reason.rstrip(".")))
+
+
+def _check_depth(data, path):
+    """Refuse documents nested deeper than MAX_DEPTH (checked iteratively: no recursion on input)."""
+    stack = [(data, 1, ())]
+    while stack:
+        value, depth, top = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError("%s: key %s nests tables and arrays more than %d levels deep; containerd configs "
+                              "never need that. The file was left unchanged; flatten it and run again."
+                              % (path, render_key(top[0]) if top else "(top level)", MAX_DEPTH))
+        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1, top or (str(key),)))
+
+
+def default_version(containerd_version):
+    """Config version for a new file: 3 for containerd 2.x, else 2 (read by 1.x and 2.x alike)."""
+    major = _major(containerd_version)
+    return 3 if major is not None and major >= 2 else 2
+
+
+def _release(version):
+    match = re.search(r"\d+\.\d+(\.\d+)?", version or "")
+    return match.group(0) if match else version
+
+
+def _newest_version(containerd_version):
+    """The newest config version the installed containerd starts with, where known (verified: 1.7.24 takes 2,
+    2.1.9 takes 3; 1.6 reads any newer header as 2; version 4 came with containerd 2.3)."""
+    major, minor = _major(containerd_version), _minor(containerd_version)
+    if major == 1 and minor >= 7:
+        return 2
+    if major == 2 and minor <= 1:
+        return 3
+    return None
+
+
+def _minor(version):
+    match = re.search(r"\d+\.(\d+)", version or "")
+    return int(match.group(1)) if match else 0
+
+
+def _major(version):
+    match = re.search(r"(\d+)\.\d+", version or "")
+    return int(match.group(1)) if match else None
+
+
+def config_version(data, layout, path):
+    version = data.get("version", 1)
+    entry = layout.key(("version",))
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ConfigError(
+            "%s: line %s: `version` must be an integer (1, 2, 3 or 4), found %r. "
+            "The file was left unchanged." % (path, entry.line if entry else "?", version)
+        )
+    if version not in CRI_PLUGIN:
+        raise ConfigError("%s: line %s: config version %d is not supported (1 to 4 are). The file was left "
+                          "unchanged." % (path, entry.line if entry else "?", version))
+    return version
+
+
+def check_cri_enabled(data, layout, path):
+    listed = data.get("disabled_plugins") or []
+    disabled = [p for p in listed if isinstance(p, str) and p in CRI_PLUGIN_IDS] if isinstance(listed, list) else []
+    if disabled:
+        entry = layout.key(("disabled_plugins",))
+        raise ConfigError(
+            "%s: line %s: disabled_plugins lists %s, so this containerd runs without its CRI plugin and "
+            "Kubernetes cannot use it at all (packages built for Docker-only hosts ship this). Remove %s from "
+            "disabled_plugins, restart containerd, and run again. The file was left unchanged."
+            % (path, entry.line if entry else "?", ", ".join('"%s"' % p for p in disabled),
+               " and ".join('"%s"' % p for p in disabled))
+        )
+
+
+def cri_table(data, version, layout, path, containerd_version):
+    """The CRI runtime table containerd of the installed version reads from this file.
+
+    A v1/v2 file may hold `io.containerd.cri.v1.runtime` tables (cloud node images ship such files):
+    containerd 2.x reads them and ignores the v1/v2 runtime settings; 1.x ignores them (verified
+    with `config dump` on 1.6.20, 1.7.24 and 2.1.9, tests/integration/test_containerd_versions.py).
+    """
+    plugins = data.get("plugins")
+    major = _major(containerd_version)
+    if version == 1 and major is not None and major >= 2:
+        # containerd 2.x reads none of a version 1 file's [plugins.cri] settings (`config dump` calls them
+        # unknown keys), but it reads io.containerd.cri.v1.runtime tables from it (verified on 2.1.9).
+        return CRI_V1_RUNTIME
+    newest = _newest_version(containerd_version)
+    if newest is not None and version > newest:
+        entry = layout.key(("version",))
+        raise ConfigError(
+            "%s: line %s: containerd %s does not start with a version %d file (it reads versions 1 to %d; this "
+            "file was written for a newer containerd). Write it as a version %d file (`containerd config default` "
+            "shows the layout) or install the containerd it was written for, and run again. The file was left "
+            "unchanged." % (path, entry.line if entry else "?", _release(containerd_version), version, newest, newest))
+    schema = version
+    if version >= 3 and major is not None and major < 2:
+        schema = 2  # containerd 1.6 reads any newer header as version 2: [plugins."io.containerd.grpc.v1.cri"]
+    if schema >= 3 or not isinstance(plugins, dict) or CRI_V1_RUNTIME[1] not in plugins:
+        return CRI_PLUGIN[schema]
+    if major is not None and major >= 2:
+        return CRI_V1_RUNTIME
+    where = _position(layout, CRI_V1_RUNTIME)
+    declared = render_path(CRI_PLUGIN[schema], '"')
+    if major is None:
+        raise ConfigError(
+            "%s: %s: this version %d file configures the CRI runtime under [%s], a table only containerd "
+            "2.x reads (containerd 1.x reads [%s] and ignores it), and the installed containerd's version is "
+            "unknown, so which table takes effect cannot be told. Let the module find containerd "
+            "(containerd_binary, validate: true), or write `version = 3` if this node runs containerd 2.x. "
+            "The file was left unchanged." % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), declared))
+    raise ConfigError(
+        "%s: %s: this version %d file configures the CRI runtime under [%s], which containerd %s ignores "
+        "(containerd 1.x reads only [%s]; the file was written for containerd 2.x): its runtime settings "
+        "are not in effect on this node. Move them under [%s] (or install containerd 2.x) and run again. "
+        "The file was left unchanged."
+        % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), _release(containerd_version), declared, declared))
+
+
+def _position(layout, table_path):
+    """'line L, column C' of the first entry at or under `table_path`."""
+    for entry in layout.under(table_path) or layout.entries[:1]:
+        return "line %d, column %d" % (entry.line, entry.column())
+    return "line ?"
+
+
+def get_path(data, path, default=None):
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return default
+        data = data[key]
+    return data
+
+
+def is_nvidia_runtime(name, table):
+    binary = get_path(table, ("options", "BinaryName")) or ""
+    return "nvidia" in name or "nvidia" in str(binary)
+
+
+def pick_source_runtime(runtimes, default_name, own_name):
+    """The runtime pods use today among merged runtimes (files of a drop-in world): the default unless
+    it is an nvidia runtime, else runc, else crun."""
+    for candidate in (default_name, "runc", "crun"):
+        table = runtimes.get(candidate)
+        if candidate != own_name and isinstance(table, dict) and not is_nvidia_runtime(candidate, table):
+            return candidate
+    return None
+
+
+def effective_runtimes(dump):
+    """The runtimes table of a `config dump` (name -> table), or {}."""
+    plugins = (dump or {}).get("plugins", {})
+    for plugin in CRI_DUMP_PLUGINS:
+        table = get_path(plugins, (plugin, "containerd", "runtimes"))
+        if isinstance(table, dict) and table:
+            return table
+    return {}
+
+
+def _require_tables(data, layout, table_path, path, what):
+    """Refuse when a table on `table_path` holds another type (containerd would not load it either)."""
+    for size in range(1, len(table_path) + 1):
+        value = get_path(data, table_path[:size])
+        if value is not None and not isinstance(value, dict):
+            entry = (layout.key(table_path[:size]) or layout.array_ancestor(table_path[:size])
+                     or layout.inline_ancestor(table_path[:size]))
+            where = "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?"
+            kind = "an array of tables" if isinstance(value, list) and layout.array_ancestor(
+                table_path[:size]) else toml_type(value)
+            raise ConfigError(
+                "%s: %s: %s must be a table (it is %s), so containerd cannot read %s from it. Fix that "
+                "key and run again. The file was left unchanged."
+                % (path, where, render_path(table_path[:size], '"'), kind, what))
+
+
+# ---------------------------------------------------------------- planning
+
+
+BOM = u"\ufeff"
+
+
+class _Text(object):
+    """The document being edited: LF text (a CRLF file is edited as LF and written back as CRLF)."""
+
+    def __init__(self, original):
+        self.bom = original.startswith(u"\ufeff")
+        body = original[1:] if self.bom else original
+        self.crlf = "\r\n" in body and body.count("\r\n") == body.count("\n")
+        self.body = body  # what the parser reads
+        self.text = body.replace("\r\n", "\n") if self.crlf else body
+
+    def output(self, text):
+        if self.crlf:
+            text = text.replace("\n", "\r\n")
+        return (u"\ufeff" if self.bom else "") + text
+
+    def parseable(self, output):
+        return output[1:] if self.bom else output
+
+
+def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-container-runtime",
+                      set_as_default=False, cdi=False, state="present", containerd_version=None,
+                      effective=None, source=None):
+    """Return a Plan for adding, updating or removing runtime `name` in config text.
+
+    `effective` is containerd's `config dump` of the current file, when known; `source` a (name, table)
+    of the runtime pods use when another file defines it (a drop-in). Raises ConfigError only.
+    """
+    require_tomlkit()
+    doc = _Text(text)
+    data = parse(doc.body, path)
+    layout = _layout(doc.text, path)
+    work = doc.text
+    if not layout.entries:
+        if state != "present":
+            return Plan(text, text, data, default_version(containerd_version), CRI_PLUGIN[default_version(
+                containerd_version)], name, None, "runc", None)
+        version = default_version(containerd_version)
+        work = _with_version(work, version)
+        data = {"version": version}
+    else:
+        version = config_version(data, layout, path)
+    check_cri_enabled(data, layout, path)
+    cri = cri_table(data, version, layout, path, containerd_version)
+    edit = _Edit(work, data, cri, name, path, containerd_version, effective)
+    edit.source_override = source
+    if state == "present":
+        edit.present(binary, set_as_default, cdi)
+    else:
+        edit.absent()
+    output = doc.output(edit.text)
+    new_data = _verify(doc.parseable(output), edit.expected, path)
+    new_default = get_path(new_data, edit.default_path)
+    plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
+                new_default if isinstance(new_default, str) else "runc", edit.source_name)
+    plan.warnings = edit.warnings + _v1_file_warnings(data, version, cri, path, containerd_version, name, state)
+    return plan
+
+
+def _v1_file_warnings(data, version, cri, path, containerd_version, name, state):
+    """A version 1 file's warnings: its [plugins.cri] settings are ignored by the installed containerd 2.x, or
+    may be (its version is unknown)."""
+    if version == 1 and cri == CRI_PLUGIN[1] and _major(containerd_version) is None:
+        return ["%s is a version 1 file and the installed containerd's version is unknown, so it was edited where "
+                "containerd 1.x reads it ([plugins.cri]). containerd 2.x ignores every [plugins.cri] setting of a "
+                "version 1 file: on a containerd 2.x node, let the module find containerd (containerd_binary) and "
+                "run again, or migrate the file (`containerd config migrate`)." % path]
+    if version != 1 or cri != CRI_V1_RUNTIME or not isinstance(get_path(data, CRI_PLUGIN[1]), dict):
+        return []
+    where = render_path(CRI_V1_RUNTIME, '"')
+    if state == "present":
+        return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings (`containerd config dump` "
+                "lists them as unknown keys), so the runtime was written under [%s], which it reads. Migrate the "
+                "file (`containerd config migrate`) to bring the other [plugins.cri] settings into effect."
+                % (path, _release(containerd_version), where)]
+    if not isinstance(get_path(data, CRI_PLUGIN[1] + ("containerd", "runtimes", name)), dict):
+        return []
+    return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings, so %s is not in effect there "
+            "and was removed only from [%s], which it reads. Its [plugins.cri] table still defines %s: "
+            "`containerd config migrate` would bring it back into effect. Remove that table by hand before "
+            "migrating the file." % (path, _release(containerd_version), name, where, name)]
+
+
+def _layout(text, path):
+    try:
+        return Layout(text)
+    except (ScanError, ValueError, IndexError) as exc:
+        raise ConfigError("%s: could not locate the entries of this (valid) file: %s. %s" % (path, exc, BUG_REPORT))
+
+
+def _verify(output, expected, path):
+    """The post-condition: the output parses and equals the expected document."""
+    try:
+        new_data = parse(output, path)
+    except ConfigError:
+        new_data = None
+    if new_data is None or _comparable(_pruned(new_data)) != _comparable(_pruned(expected)):
+        raise ConfigError(
+            "%s: could not edit this file in place without side effects (the edited text would not equal the "
+            "original document plus the runtime). %s" % (path, BUG_REPORT))
+    return new_data
+
+
+class _Edit(object):
+    """One planned edit: the text, the document it must equal, and what was decided."""
+
+    def __init__(self, text, data, cri, name, path, containerd_version, effective):
+        self.text = text
+        self.data = data
+        self.expected = copy.deepcopy(data)
+        self.cri = cri
+        self.name = name
+        self.path = path
+        self.containerd_version = containerd_version
+        self.effective = effective
+        self.runtimes_path = cri + ("containerd", "runtimes")
+        self.default_path = cri + ("containerd", "default_runtime_name")
+        self.legacy_default_path = cri + ("containerd", "default_runtime")
+        self.runtime = None
+        self.source_name = None
+        self.source_override = None
+        self.binary_name = None
+        self.warnings = []
+        layout = Layout(text)
+        _require_tables(data, layout, self.runtimes_path, path, "runtimes")
+        runtimes = get_path(data, self.runtimes_path) or {}
+        for runtime_name, table in runtimes.items():
+            _require_tables(data, layout, self.runtimes_path + (runtime_name, "options"), path,
+                            "the options of runtime %s" % runtime_name)
+        self.runtimes = runtimes
+        default = get_path(data, self.default_path)
+        if default is not None and not isinstance(default, str):
+            entry = layout.key(self.default_path)
+            raise ConfigError("%s: %s: default_runtime_name must be a string naming a runtime, not %s. Fix it and "
+                              "run again. The file was left unchanged."
+                              % (path, "line %d, column %d" % (entry.line, entry.column()) if entry else "line ?",
+                                 toml_type(default)))
+        self.default_name = default
+        legacy = get_path(data, self.legacy_default_path)
+        self.legacy_default = legacy if isinstance(legacy, dict) and legacy.get("runtime_type") else None
+
+    # -- decisions
+
+    def _builtin(self, name):
+        """containerd's own table of runtime `name` as it runs today (from `config dump`)."""
+        return self._effective_table(name) or {"runtime_type": RUNC_TYPE}
+
+    def _effective_table(self, name):
+        """Runtime `name` (or the deprecated default_runtime table) as containerd runs it, or None."""
+        if name != "default_runtime":
+            return effective_runtimes(self.effective).get(name) or None
+        for plugin in CRI_DUMP_PLUGINS:
+            table = get_path(self.effective, ("plugins", plugin, "containerd", "default_runtime"))
+            if isinstance(table, dict):
+                return table
+        return None
+
+    def _runnable_source(self):
+        """(name, table) the new runtime copies: the runtime pods use today, as containerd runs it. A shim
+        that does not run an OCI runtime binary (kata & co) cannot run the NVIDIA one: runc's table is
+        copied instead, and the warning says so."""
+        name, table = self.source_override or self._source()
+        table = runtime_as_run(table, self._effective_table(name))
+        shim = table.get("runtime_type") or RUNC_TYPE
+        if shim in RUNC_SHIMS + (V1_LINUX_SHIM,):
+            return name, table
+        fallback, table = self._runc_shim_runtime()
+        self.warnings.append(
+            "%s: runtime %r, which pods use today, runs shim %s, which does not start an OCI runtime binary "
+            "(options.BinaryName), so it cannot run %s; runtime %r uses the runc shim (%s) with %s instead. "
+            "Check that its options.SystemdCgroup (%s) matches kubelet's cgroup driver, or define runtime %r "
+            "yourself with the settings it needs."
+            % (self.path, name, shim, self.binary_name or "the NVIDIA runtime", self.name, table["runtime_type"],
+               "the settings of runtime %r" % fallback if fallback else "containerd's defaults",
+               str(get_path(table, ("options", "SystemdCgroup"), False)).lower(), self.name))
+        return fallback, table
+
+    def _runc_shim_runtime(self):
+        """(name, table) of `runc` as containerd runs it, when that is a runc shim; else (None, defaults)."""
+        runc = runtime_as_run(self.runtimes.get("runc"), self._effective_table("runc"))
+        if "runc" != self.name and runc and (runc.get("runtime_type") or RUNC_TYPE) in RUNC_SHIMS:
+            return "runc", dict(runc, runtime_type=runc.get("runtime_type") or RUNC_TYPE)
+        return None, {"runtime_type": RUNC_TYPE}
+
+    def _source(self):
+        """(name, table) of the runtime pods use today, which the new runtime copies."""
+        if self.legacy_default is not None:
+            return "default_runtime", self.legacy_default
+        default = self.default_name
+        if default == self.name:  # ours already: the source is what pods used before it
+            recorded = self._recorded_previous()
+            if recorded is _NOT_RECORDED:
+                return self._source_named(self._derived_previous(self.data) or "runc")
+            default = recorded
+        table = self.runtimes.get(default) if default else None
+        if default and default != self.name and isinstance(table, dict) and not is_nvidia_runtime(default, table):
+            return default, table
+        if default in (None, "runc"):
+            return self._source_named("runc")
+        # The default is another nvidia runtime: the source is the runtime it was copied from.
+        return self._source_named(self._derived_previous(self.data, default) or "runc")
+
+    def _source_named(self, source_name):
+        """(name, table) of a source runtime: the file's table, else containerd's built-in runc."""
+        table = self.runtimes.get(source_name) if source_name != self.name else None
+        return source_name, table if isinstance(table, dict) else {"runtime_type": RUNC_TYPE}
+
+    def _recorded_previous(self):
+        """The default recorded above default_runtime_name (None: unset), or _NOT_RECORDED."""
+        marker = self._marker(Layout(self.text))
+        if marker is None:
+            return _NOT_RECORDED
+        match = PREVIOUS_DEFAULT.match(marker[2])
+        return match.group(2) if match.group(1) != "unset" else None
+
+    def _marker(self, layout):
+        """(start, end, line text) of the comment line just above default_runtime_name, if it is ours."""
+        entry = layout.key(self.default_path)
+        if entry is None or entry.start == 0:
+            return None
+        start = self.text.rfind("\n", 0, entry.start - 1) + 1
+        line = self.text[start:entry.start]
+        return (start, entry.start, line) if PREVIOUS_DEFAULT.match(line) else None
+
+    def _derived_previous(self, data, reference=None):
+        """What `absent` restores without a record: the runtime whose inherited options the `reference`
+        runtime (ours by default) matches: the file's runc, else containerd's built-in runc (None: no
+        key), then the other non-nvidia runtimes in file order; without a match, runc."""
+        runtimes = get_path(data, self.runtimes_path) or {}
+        reference = reference or self.name
+        ours = runtimes.get(reference)
+        runc = runtimes.get("runc")
+        runc_usable = "runc" not in (self.name, reference) and isinstance(runc, dict) and not is_nvidia_runtime(
+            "runc", runc)
+        if not isinstance(ours, dict):
+            return "runc" if runc_usable else None
+        candidates = [("runc", runc)] if runc_usable else [(None, {"runtime_type": RUNC_TYPE})]
+        candidates += [(n, t) for n, t in runtimes.items() if n not in ("runc", self.name, reference)
+                       and isinstance(t, dict) and not is_nvidia_runtime(n, t)]
+        for candidate, table in candidates:
+            if all(_inherited(table, key) == _inherited(ours, key) for key in INHERITED_KEYS):
+                return candidate
+        return "runc" if runc_usable else None
+
+    # -- present
+
+    def present(self, binary, set_as_default, cdi):
+        if set_as_default and self.legacy_default is not None:
+            layout = Layout(self.text)
+            raise ConfigError(
+                "%s: %s: this file sets the deprecated `default_runtime` table, which containerd turns into "
+                "the default runtime (named \"default\") whatever default_runtime_name says, so %s cannot "
+                "become the default. Move that table to [%s.default] with default_runtime_name = \"default\" "
+                "(same keys), or run without set_as_default. The file was left unchanged."
+                % (self.path, _position(layout, self.legacy_default_path), self.name,
+                   render_path(self.runtimes_path, '"')))
+        self.binary_name = binary
+        self.source_name, source = self._runnable_source()
+        # containerd 1.x: a file that lists any runtime replaces the built-in list, so the runtime
+        # pods use today (or, beside a deprecated default_runtime table, runc) is written out as
+        # containerd runs it now, or it would vanish.
+        builtin_name = "runc" if self.source_name in ("default_runtime", None) else self.source_name
+        write_builtin = (not self.runtimes and builtin_name != self.name
+                         and _replaces_builtin_runtimes(self.containerd_version))
+        builtin = self._builtin(builtin_name) if write_builtin else None
+        existing = self.runtimes.get(self.name)
+        self.runtime = _desired_runtime(existing, source, binary)
+        runtime_path = self.runtimes_path + (self.name,)
+        # Parent keys first, so that a new runtime table nests under any header they add.
+        if cdi and get_path(self.data, self.cri + ("enable_cdi",)) is not True:
+            self._set(self.cri + ("enable_cdi",), True)
+        if set_as_default and self.default_name != self.name:
+            self._set(self.default_path, self.name)
+            planned = copy.deepcopy(self.expected)
+            if write_builtin:
+                _set_path(planned, self.runtimes_path + (builtin_name,), builtin)
+            _set_path(planned, runtime_path, self.runtime)
+            if self._derived_previous(planned) != self.default_name:
+                self._write_marker(self.default_name)
+        if write_builtin:
+            self._add_table(self.runtimes_path + (builtin_name,), builtin, None, comment=BUILTIN_COMMENT)
+            _set_path(self.expected, self.runtimes_path + (builtin_name,), builtin)
+            self.runtimes = {builtin_name: builtin}
+        if existing is None:
+            after = self.source_name if self.source_name in self.runtimes else (
+                builtin_name if builtin_name in self.runtimes else None)
+            self._add_table(runtime_path, self.runtime, after)
+        else:
+            self._update_runtime(runtime_path, existing, self.runtime)
+        _set_path(self.expected, runtime_path, self.runtime)
+
+    def _write_marker(self, previous):
+        layout = Layout(self.text)
+        entry = layout.key(self.default_path)
+        label = "unset" if previous is None else '"%s"' % previous
+        if previous is not None and ('"' in previous or "\\" in previous or "\n" in previous):
+            raise ConfigError("%s: line %d: the current default_runtime_name %r cannot be recorded for state: "
+                              "absent; rename that runtime and run again. The file was left unchanged."
+                              % (self.path, entry.line, previous))
+        self.text = _insert(self.text, entry.start, entry.indent + PREVIOUS_DEFAULT_COMMENT % label + "\n")
+
+    def _update_runtime(self, runtime_path, existing, desired):
+        layout = Layout(self.text)
+        inline = layout.key(runtime_path)
+        if inline is not None:
+            # Written as one inline table: that line is the runtime's own, rewrite its value.
+            self.text = _replace_value(self.text, inline, desired)
+            return
+        for key_path, value in _leaves(desired):
+            if get_path(existing, key_path) != value:
+                holder = Layout(self.text).inline_ancestor(runtime_path + key_path)
+                if holder is not None and holder.path[:len(runtime_path)] == runtime_path:
+                    # An inline table inside the runtime's own table (options = { ... }): its line is ours.
+                    self.text = _replace_value(self.text, holder, get_path(desired, holder.path[len(runtime_path):]))
+                else:
+                    self._set(runtime_path + key_path, value, update_expected=False)
+
+    # -- absent
+
+    def absent(self):
+        runtime_path = self.runtimes_path + (self.name,)
+        if self.name in self.runtimes:
+            previous = _NOT_RECORDED
+            if self.default_name == self.name:
+                previous = self._recorded_previous()
+                if previous is _NOT_RECORDED:
+                    previous = self._derived_previous(self.data)
+            self.source_name = previous if previous is not _NOT_RECORDED else None
+            binaries = _binaries_of(self.runtimes[self.name])
+            self._remove_tree(runtime_path)
+            del get_path(self.expected, self.runtimes_path)[self.name]
+            if self.default_name == self.name:
+                self._restore_default(previous)
+            self._forget_binaries_in_legacy_default(binaries)
+            self._remove_written_out_builtin()
+            self._remove_emptied_tables()
+
+    def _forget_binaries_in_legacy_default(self, binaries):
+        """A deprecated default_runtime table that runs the removed runtime's binary runs runc again
+        (the v1 shim's and runc shim's default when Runtime/BinaryName are unset)."""
+        if self.legacy_default is None:
+            return
+        for key in ("BinaryName", "Runtime"):
+            key_path = self.legacy_default_path + ("options", key)
+            if get_path(self.expected, key_path) in binaries:
+                self._remove_key(key_path)
+
+    def _remove_written_out_builtin(self):
+        """The runc that present wrote out (containerd 1.x would have dropped it) goes once it is alone
+        again and still as containerd builds it: containerd's own runc takes its place."""
+        runc_path = self.runtimes_path + ("runc",)
+        remaining = get_path(self.expected, self.runtimes_path)
+        if (self.name == "runc" or not isinstance(remaining, dict) or list(remaining) != ["runc"]
+                or not _is_builtin_runc(remaining["runc"])):
+            return
+        first = Layout(self.text).under(runc_path)[0]  # its header, or its first dotted key
+        start = self.text.rfind("\n", 0, max(first.start - 1, 0)) + 1
+        if self.text[start:first.start].strip() != "# " + BUILTIN_COMMENT:
+            return
+        self.text = self.text[:start] + self.text[first.start:]
+        self._remove_tree(runc_path)
+        del remaining["runc"]
+
+    def _remove_emptied_tables(self):
+        """The `containerd` table header present added for default_runtime_name goes once empty again; so
+        does an emptied `runtimes` table where containerd 1.x may read it (as "no runtime at all": it
+        refuses to start)."""
+        emptied = (self.runtimes_path,) if _replaces_builtin_runtimes(self.containerd_version) else ()
+        for table_path in emptied + (self.cri + ("containerd",),):
+            layout = Layout(self.text)
+            header = layout.header(table_path)
+            if (header is not None and layout.under(table_path) == [header] and get_path(self.data, table_path)
+                    and not _pruned(get_path(self.expected, table_path))):
+                self._remove_tree(table_path)
+
+    def _remove_key(self, key_path):
+        layout = Layout(self.text)
+        self._refuse_inline(key_path, layout)
+        entry = layout.key(key_path)
+        self.text = self.text[:entry.start] + self.text[entry.end:]
+        del get_path(self.expected, key_path[:-1])[key_path[-1]]
+
+    def _restore_default(self, previous):
+        marker = self._marker(Layout(self.text))
+        if marker is not None:
+            self.text = self.text[:marker[0]] + self.text[marker[1]:]
+        if previous is None:
+            self._remove_key(self.default_path)
+        else:
+            self._set(self.default_path, previous)
+
+    # -- text edits
+
+    def _set(self, key_path, value, update_expected=True):
+        """Set one key: replace its value in place, or add it in the style of its table."""
+        layout = Layout(self.text)
+        self._refuse_inline(key_path, layout)
+        entry = layout.key(key_path)
+        if entry is not None:
+            self.text = _replace_value(self.text, entry, value)
+        else:
+            self._add(key_path[:-1], {key_path[-1]: value}, layout)
+        if update_expected:
+            _set_path(self.expected, key_path, value)
+
+    def _add_table(self, table_path, table, after_name, comment=None):
+        """Add a new table (a runtime) beside `after_name`'s, in that runtime's style."""
+        layout = Layout(self.text)
+        self._refuse_inline(table_path, layout)
+        if after_name is not None:
+            sibling = self.runtimes_path + (after_name,)
+            entry = layout.key(sibling)
+            if entry is not None:  # the sibling is one inline table: add ours as one more line beside it
+                relative = entry.path[len(entry.table):-1] + (table_path[-1],)
+                line = "%s%s = %s\n" % (entry.indent, render_path(relative, layout.quote_char()), render_value(table))
+                self.text = _insert(self.text, entry.end, line)
+                return
+            dotted = layout.dotted_entries(sibling)
+            if dotted and layout.header(sibling) is None and not _headers_under(layout, sibling):
+                self.text = _insert_dotted(self.text, layout, dotted, table_path, table)
+                return
+        self._add(table_path, table, layout, after=(self.runtimes_path + (after_name,)) if after_name else None,
+                  comment=comment, whole_table=True)
+
+    def _add(self, table_path, table, layout, after=None, comment=None, whole_table=False):
+        """Add keys (`table`) to the table at `table_path`, creating it in the style of its parents."""
+        header = layout.header(table_path)
+        if header is not None and not whole_table:
+            keys = layout.section_keys(header)
+            offset = keys[-1].end if keys else header.end
+            indent = keys[-1].indent if keys else header.indent + layout.indent_step()
+            self.text = _insert(self.text, offset, _render_keys((), table, indent, layout.quote_char()))
+            return
+        dotted = layout.dotted_entries(table_path)
+        if dotted and not whole_table:
+            self.text = _insert_dotted(self.text, layout, dotted, table_path, table)
+            return
+        anchor = _defining_ancestor(layout, table_path)
+        if anchor is not None and anchor[0] == "dotted" and not _headers_under(layout, anchor[1] + table_path[
+                len(anchor[1]):len(anchor[1]) + 1]):
+            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table, comment)
+            return
+        if header is not None or dotted:
+            raise ConfigError("%s: %s is already defined; refusing to define it twice. %s"
+                              % (self.path, render_path(table_path, '"'), BUG_REPORT))
+        self.text = _insert_table(self.text, layout, table_path, table, after_path=after, comment=comment)
+
+    def _refuse_inline(self, key_path, layout):
+        holder = layout.inline_ancestor(key_path)
+        if holder is not None:
+            raise ConfigError(
+                "%s: line %d, column %d: %s is written as an inline table, and changing %s inside it would "
+                "rewrite that whole line (with the settings it holds). Write %s as a [%s] section (one per "
+                "sub-table, keys unchanged) and run again. The file was left unchanged."
+                % (self.path, holder.line, holder.column(), render_path(holder.path, '"'),
+                   render_path(key_path[len(holder.path):], '"'), render_path(holder.path, '"'),
+                   render_path(holder.path, '"')))
+        array = layout.array_ancestor(key_path)
+        if array is not None:
+            raise ConfigError(
+                "%s: line %d, column %d: %s is an array of tables ([[...]]), which containerd does not read "
+                "as a table. Write it as a [%s] section and run again. The file was left unchanged."
+                % (self.path, array.line, array.column(), render_path(array.path, '"'),
+                   render_path(array.path, '"')))
+
+    def _remove_tree(self, table_path):
+        """Remove every line that defines `table_path` or anything under it."""
+        layout = Layout(self.text)
+        self._refuse_inline(table_path, layout)
+        spans = []
+        blank = _blank_line_style(layout)
+        for entry in layout.under(table_path):
+            if entry.is_header:
+                start, end = entry.start, layout.section_end(entry)
+                if blank and self.text[:start].endswith("\n\n"):
+                    start -= 1
+                spans.append((start, end))
+            elif len(entry.table) < len(table_path):  # dotted or inline, in an ancestor's section
+                spans.append((entry.start, entry.end))
+        for start, end in sorted(spans, reverse=True):
+            self.text = self.text[:start] + self.text[end:]
+
+
+_NOT_RECORDED = object()
+
+
+def _inherited(table, key):
+    """An inherited key's value, with containerd's defaults (false; the runc shim for no runtime_type)."""
+    value = get_path(table, key)
+    if key == ("runtime_type",):
+        return value or RUNC_TYPE
+    return False if value is None else value
+
+
+def _binaries_of(table):
+    """The OCI runtime binaries a runtime table names (options.BinaryName, the v1 shim's options.Runtime)."""
+    return [value for value in (get_path(table, ("options", key)) for key in ("BinaryName", "Runtime"))
+            if isinstance(value, str) and value]
+
+
+def _is_builtin_runc(table):
+    """Whether a runtime table says nothing containerd's built-in runc does not (1.6/1.7 `config dump`)."""
+    return runtime_as_run(None, table) in ({"runtime_type": RUNC_TYPE},
+                                           {"runtime_type": RUNC_TYPE, "sandbox_mode": "podsandbox"})
+
+
+def runtime_as_run(file_table, effective_table):
+    """A runtime as containerd runs it: its effective table (`config dump`) without the zero values a
+    new runtime gets anyway, under the keys the file itself sets."""
+    table = _without_zero_values(effective_table) if isinstance(effective_table, dict) else {}
+    return deep_merge(table, file_table if isinstance(file_table, dict) else {})
+
+
+def _without_zero_values(data):
+    kept = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = _without_zero_values(value)
+        if value not in ("", 0, False, [], {}) or isinstance(value, float):
+            kept[key] = value
+    return kept
+
+
+def _replaces_builtin_runtimes(containerd_version):
+    """True unless containerd is known to be 2.x, which merges a file's runtimes with its own."""
+    major = _major(containerd_version)
+    return major is None or major < 2
+
+
+def _pruned(data):
+    """Data without empty tables: a table that only existed to hold ours is no loss."""
+    if not isinstance(data, dict):
+        return data
+    pruned = dict((k, _pruned(v)) for k, v in data.items())
+    return dict((k, v) for k, v in pruned.items() if v != {})
+
+
+def _comparable(data):
+    """Data where NaN equals NaN (TOML allows nan; nan != nan would refuse a correct edit)."""
+    if isinstance(data, dict):
+        return dict((k, _comparable(v)) for k, v in data.items())
+    if isinstance(data, list):
+        return [_comparable(v) for v in data]
+    if isinstance(data, float) and math.isnan(data):
+        return ("nan",)
+    return data
+
+
+def _with_version(text, version):
+    if not text:
+        return CREATED_COMMENT + "\nversion = %d\n" % version
+    prefix = text if text.endswith("\n") else text + "\n"
+    return prefix + "version = %d\n" % version
+
+
+def _desired_runtime(existing, source, binary):
+    """The runtime table to write: a copy of `source`, or `existing` brought in line with it."""
+    if existing is None:
+        table = copy.deepcopy(source)
+    else:
+        table = copy.deepcopy(existing)
+        for key in INHERITED_KEYS:
+            value = get_path(source, key)
+            # A key the table leaves out is read by containerd as its default: equal is no change to write
+            # (the source may spell out defaults, as a written-out runc does).
+            if value is not None and _inherited(source, key) != _inherited(table, key):
+                _set_path(table, key, value)
+    if not table.get("runtime_type"):
+        table["runtime_type"] = RUNC_TYPE  # containerd refuses a container whose runtime has no type
+    if binary is not None:
+        _set_path(table, ("options", "BinaryName"), binary)
+        if table["runtime_type"] == V1_LINUX_SHIM:
+            _set_path(table, ("options", "Runtime"), binary)  # the v1 shim reads the binary from here
+    return table
+
+
+def _set_path(data, path, value):
+    for key in path[:-1]:
+        data = data.setdefault(key, {})
+    data[path[-1]] = value
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_value(value, old_text=None):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        if old_text and old_text.startswith("'") and not old_text.startswith("'''") and _literal_ok(value):
+            return "'%s'" % value
+        return _basic_string(value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(render_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return "{ " + ", ".join("%s = %s" % (render_key(k), render_value(v)) for k, v in value.items()) + " }"
+    raise TypeError("cannot render %r as TOML" % (value,))
+
+
+def _literal_ok(value):
+    return not re.search(r"['\x00-\x08\x0a-\x1f\x7f]", value)
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _basic_string(value):
+    out = []
+    for char in value:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7f:
+            out.append("\\u%04x" % ord(char))
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
+
+
+def render_key(key, quote='"'):
+    if re.match(r"^[A-Za-z0-9_-]+$", key):
+        return key
+    if quote == "'" and _literal_ok(key):
+        return "'%s'" % key
+    return _basic_string(key)
+
+
+def render_path(path, quote):
+    return ".".join(render_key(k, quote) for k in path)
+
+
+def _replace_value(text, entry, value):
+    old = text[entry.value_start:entry.value_end]
+    return text[:entry.value_start] + render_value(value, old) + text[entry.value_end:]
+
+
+def _render_keys(prefix, table, indent, quote):
+    """`a.b = v` lines for every leaf of `table` (empty tables as `x = {}`)."""
+    return "".join("%s%s = %s\n" % (indent, render_path(prefix + key_path, quote), render_value(value))
+                   for key_path, value in _leaves(table))
+
+
+def _insert_dotted(text, layout, dotted, table_path, table, comment=None):
+    """Add `table`'s leaves as dotted keys beside the last dotted entry that defines its ancestor."""
+    last = dotted[-1]
+    prefix = table_path[len(last.table):]
+    block = _render_keys(prefix, table, last.indent, layout.quote_char())
+    return _insert(text, last.end, ("%s# %s\n" % (last.indent, comment) if comment else "") + block)
+
+
+def _defining_ancestor(layout, table_path):
+    """('header', path, entry) or ('dotted', path, entries) of the deepest ancestor defined explicitly."""
+    for size in range(len(table_path) - 1, 0, -1):
+        ancestor = table_path[:size]
+        if layout.header(ancestor) is not None:
+            return "header", ancestor, layout.header(ancestor)
+        dotted = layout.dotted_entries(ancestor)
+        if dotted:
+            return "dotted", ancestor, dotted
+    return None
+
+
+def _headers_under(layout, table_path):
+    return [e for e in layout.entries if e.is_header and e.path[:len(table_path)] == table_path]
+
+
+def _insert(text, offset, block):
+    if offset > 0 and not text[:offset].endswith("\n"):
+        block = "\n" + block
+    return text[:offset] + block + text[offset:]
+
+
+def _insert_table(text, layout, path, table, after_path=None, comment=None):
+    """Insert `[path]` with `table` (and its sub-tables) where a person would put it."""
+    step = layout.indent_step()
+    blank = _blank_line_style(layout)
+    descendants = _headers_under(layout, path)
+    if after_path is not None and layout.subtree_end(after_path) is not None:
+        anchor = layout.header(after_path) or _headers_under(layout, after_path)[0]
+        offset = layout.subtree_end(after_path)
+        indent = anchor.indent + step * max(0, len(path) - len(anchor.path))
+    elif descendants:
+        # A parent table declared just before its first sub-table keeps the file readable.
+        first = descendants[0]
+        offset = first.start
+        ancestor = _deepest_existing_ancestor(layout, path)
+        indent = ancestor.indent + step if ancestor is not None else first.indent
+        block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
+        return text[:offset] + block.lstrip("\n") + ("\n" if blank else "") + text[offset:]
+    else:
+        ancestor = _deepest_existing_ancestor(layout, path)
+        if ancestor is not None:
+            offset = layout.subtree_end(ancestor.path)
+            indent = ancestor.indent + step
+        else:
+            offset, indent = len(text), ""
+    block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
+    return _insert(text, offset, block)
+
+
+def _deepest_existing_ancestor(layout, path):
+    for size in range(len(path) - 1, 0, -1):
+        header = layout.header(path[:size])
+        if header is not None:
+            return header
+    return None
+
+
+def _blank_line_style(layout):
+    """True when the file separates tables with a blank line."""
+    headers = [e for e in layout.entries if e.is_header]
+    text = layout.text
+    separated = sum(1 for h in headers if h.start >= 2 and text[:h.start].endswith("\n\n"))
+    return bool(headers) and separated * 2 >= len(headers)
+
+
+def _render_table(path, table, indent, step, quote, blank, comment=None):
+    lines = ["\n"] if blank else []
+    if comment:
+        lines.append("%s# %s\n" % (indent, comment))
+    lines.append("%s[%s]\n" % (indent, render_path(path, quote)))
+    inner = indent + step
+    for key, value in table.items():
+        if not isinstance(value, dict) or not value:
+            lines.append("%s%s = %s\n" % (inner, render_key(key, quote), render_value(value)))
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            lines.append(_render_table(path + (key,), value, inner, step, quote, blank))
+    return "".join(lines)
+
+
+def _leaves(data, prefix=()):
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, prefix + (key,))
+        else:
+            yield prefix + (key,), value
+
+
+class _KeyEdit(object):
+    """Set keys of a file outside a runtime plan (a default in another file, options a drop-in
+    inherits), with the same in-place rules and refusals as the plan itself."""
+
+    _set = _Edit._set
+    _add = _Edit._add
+    _refuse_inline = _Edit._refuse_inline
+
+    def __init__(self, text, path):
+        self.text, self.path, self.expected = text, path, {}
+
+
+def set_value(text, key_path, value, path="config.toml"):
+    """`text` with the key at `key_path` set to `value`: its value replaced in place, or the key added
+    in the style of its table."""
+    edit = _KeyEdit(text, path)
+    edit._set(key_path, value)  # pylint: disable=protected-access
+    return edit.text

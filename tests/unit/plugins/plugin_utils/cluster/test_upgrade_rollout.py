@@ -1,0 +1,219 @@
+"""The rolling upgrade's pure decisions: node states, what a node needs, and the slot arithmetic."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
+
+
+def node(name, unschedulable=False, ready=True, state=None, skip=False):
+    labels = {}
+    if state:
+        labels[ro.STATE_LABEL] = state
+    if skip:
+        labels[ro.SKIP_LABEL] = "true"
+    return ro.node_view({"metadata": {"name": name, "labels": labels}, "spec": {"unschedulable": unschedulable},
+                         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+
+
+def alive(_holder):
+    return None  # cannot tell: the ttl decides
+
+
+def grant(candidate, views, slots, holder="me", parallel=2, unavailable=2, now=100.0, ttl=60, is_alive=alive):
+    return ro.acquire(candidate, views, slots, holder, parallel, unavailable, now, ttl, is_alive)
+
+
+@pytest.mark.parametrize("value, nodes, count", [
+    (2, 6, 2), ("2", 6, 2), ("25%", 6, 2), ("25%", 4, 1), ("10%", 3, 1), ("100%", 6, 6), ("34%", 3, 2),
+])
+def test_max_unavailable_count(value, nodes, count):
+    assert ro.max_unavailable_count(value, nodes) == count
+
+
+@pytest.mark.parametrize("value", ["0", 0, "0%", "abc", "-1", "2.5"])
+def test_max_unavailable_refused(value):
+    with pytest.raises(ro.RolloutError, match="max_unavailable"):
+        ro.max_unavailable_count(value, 6)
+
+
+def test_the_operator_names():
+    assert ro.STATE_LABEL == "nvidia.com/gpu-driver-upgrade-state"
+    assert ro.SKIP_LABEL == "nvidia.com/gpu-driver-upgrade.skip"
+    assert ro.INITIAL_STATE_ANNOTATION == "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+    assert ro.STATES[0] == "upgrade-required" and ro.STATES[-1] == "upgrade-done"
+
+
+def test_unavailable_for_any_reason_takes_a_slot():
+    views = [node("a"), node("b"), node("c", ready=False), node("d")]
+    assert grant("a", views, {})["granted"]
+    full = grant("b", views, {"a": {"holder": "me", "renewed": 100}})
+    assert not full["granted"] and "max_unavailable 2 reached: a, c" in full["reason"]
+
+
+def test_a_node_cordoned_by_someone_else_costs_no_extra_slot():
+    views = [node("a", unschedulable=True), node("b", unschedulable=True), node("c")]
+    assert grant("a", views, {})["granted"]
+    assert not grant("c", views, {})["granted"]
+
+
+def test_max_parallel():
+    views = [node(n) for n in "abcdef"]
+    slots = {"a": {"holder": "me", "renewed": 100}, "b": {"holder": "other", "renewed": 99}}
+    result = grant("c", views, slots, unavailable=6)
+    assert not result["granted"] and "max_parallel 2 reached: a, b" in result["reason"]
+
+
+def test_a_finished_node_frees_its_slot_at_once():
+    views = [node(n) for n in "abc"]
+    slots = grant("a", views, {}, parallel=1)["slots"]
+    assert not grant("b", views, slots, parallel=1)["granted"]
+    freed = ro.release("a", slots, "me")
+    assert freed == {} and grant("b", views, freed, parallel=1)["granted"]
+
+
+def test_dead_and_expired_holders_are_dropped():
+    views = [node(n) for n in "abc"]
+    slots = {"a": {"holder": "killed", "renewed": 99}, "b": {"holder": "old", "renewed": 1}}
+    result = grant("c", views, slots, parallel=1, is_alive=lambda holder: holder != "killed")
+    assert result["granted"] and set(result["slots"]) == {"c"}
+
+
+def test_a_node_held_by_another_live_controller_is_left_to_it():
+    views = [node(n) for n in "ab"]
+    result = grant("a", views, {"a": {"holder": "other", "renewed": 99}})
+    assert not result["granted"] and "another controller (other" in result["reason"]
+
+
+def test_resuming_my_own_slot_is_granted_even_at_the_limits():
+    views = [node("a", unschedulable=True), node("b", unschedulable=True), node("c", ready=False)]
+    result = grant("a", views, {"a": {"holder": "me", "renewed": 90}}, parallel=1, unavailable=1)
+    assert result["granted"] and result["slots"]["a"]["renewed"] == 100
+
+
+def test_a_failed_node_halts_new_starts_but_not_nodes_in_progress():
+    views = [node("a", state=ro.FAILED, unschedulable=True), node("b", state="drain-required"), node("c")]
+    stopped = grant("c", views, {"b": {"holder": "me", "renewed": 100}}, unavailable=6, parallel=6)
+    assert stopped["halted"] and not stopped["granted"] and "a is upgrade-failed" in stopped["reason"]
+    assert grant("b", views, {"b": {"holder": "me", "renewed": 100}}, unavailable=6)["granted"]
+
+
+@pytest.mark.parametrize("state, changes, retry, action, start", [
+    (None, ["driver"], False, "upgrade", "upgrade-required"),
+    (None, [], False, "at-target", None),
+    ("upgrade-done", [], False, "at-target", None),
+    ("upgrade-done", ["driver"], False, "upgrade", "upgrade-required"),
+    ("drain-required", [], False, "upgrade", "drain-required"),           # resume where a killed run stopped
+    ("upgrade-required", [], False, "upgrade", "upgrade-required"),       # a reset retry, already at the target
+    ("upgrade-failed", [], False, "failed", None),
+    ("upgrade-failed", [], True, "upgrade", "upgrade-required"),          # a retry starts over, never jumps to done
+])
+def test_decide(state, changes, retry, action, start):
+    decision = ro.decide(node("a", state=state), changes, retry_failed=retry)
+    assert (decision["action"], decision["start"]) == (action, start)
+
+
+def test_skip_label_and_operator_managed_nodes_are_left_alone():
+    assert ro.decide(node("a", skip=True), ["driver"])["action"] == "skip"
+    refused = ro.decide(node("a"), ["driver"], operator_managed=True)
+    assert refused["action"] == "refused" and "upgradePolicy" in refused["reason"]
+
+
+@pytest.mark.parametrize("target, changes, bulletins", [
+    ({"toolkit": "1.18.0-1"}, ["toolkit"], ["bulletin 5850", "CVE-2026-24260"]),
+    ({"driver": "535.288.01"}, ["driver"], ["bulletin 5821"]),
+    ({"driver": "535.309.01", "toolkit": "1.19.1-1"}, ["driver", "toolkit"], []),
+    ({"toolkit": "1.18.0-1"}, [], []),                                     # not changed: not installed by this run
+    ({"driver": "535"}, ["driver"], []),                                   # a branch alone is no version
+])
+def test_a_target_below_the_security_minimum_is_refused(target, changes, bulletins):
+    below = ro.below_minimum(target, changes)
+    assert all(any(word in sentence for sentence in below) for word in bulletins) and bool(below) is bool(bulletins)
+    decision = ro.decide(node("a"), changes, below=below)
+    if bulletins:
+        assert decision["action"] == "refused" and "gpunode_upgrade_allow_below_minimum" in decision["reason"]
+    else:
+        assert decision["action"] != "refused"
+
+
+def test_failed_never_jumps_to_done():
+    with pytest.raises(ro.RolloutError, match="only a retry"):
+        ro.check_transition(ro.FAILED, ro.DONE)
+    with pytest.raises(ro.RolloutError, match="cannot go from validation-required to cordon-required"):
+        ro.check_transition("validation-required", "cordon-required")
+    ro.check_transition(ro.FAILED, ro.REQUIRED)
+    ro.check_transition("validation-required", ro.FAILED)
+
+
+@pytest.mark.parametrize("at_rest", [None, ro.DONE])
+def test_a_node_at_rest_enters_only_at_the_beginning(at_rest):
+    for state in ro.IN_PROGRESS + (ro.DONE,):
+        if state != at_rest:
+            with pytest.raises(ro.RolloutError, match="an upgrade begins at upgrade-required"):
+                ro.check_transition(at_rest, state)
+    ro.check_transition(at_rest, ro.REQUIRED)
+    ro.check_transition(at_rest, ro.FAILED)
+    ro.check_transition(at_rest, at_rest)
+
+
+@pytest.mark.parametrize("current, target, changes", [
+    ({"driver": "535.261.03", "toolkit": "1.17.8-1"}, {"driver": "535.309.01", "toolkit": "1.17.8"}, ["driver"]),
+    ({"driver": "535.309.01", "toolkit": "1.17.8-1"}, {"driver": "535", "toolkit": "1.18.0"}, ["toolkit"]),
+    ({"driver": "535.309.01", "fabricmanager": "535.261.03"}, {"fabricmanager": "535.309.01"}, ["fabricmanager"]),
+    ({"driver": None}, {"driver": "535.309.01"}, ["driver"]),
+])
+def test_needs_and_light_path(current, target, changes):
+    assert ro.needs(current, target) == changes
+    assert ro.light_path(changes) == ("driver" not in changes)
+
+
+def test_steps_leave_out_what_does_nothing():
+    assert ro.steps_from(ro.REQUIRED) == [s for s in ro.STATES if s not in ("wait-for-jobs-required", "drain-required")]
+    assert ro.steps_from("drain-required", drain=True)[0] == "drain-required"
+    with pytest.raises(ro.RolloutError, match="unknown upgrade state 'bogus'"):
+        ro.steps_from("bogus")
+
+
+def test_slot_table_round_trip_and_bad_json():
+    slots = {"a": {"holder": "h", "renewed": 1.5}}
+    assert ro.parse_slots({ro.SLOTS_ANNOTATION: ro.dump_slots(slots)}) == slots
+    with pytest.raises(ro.RolloutError, match="not JSON"):
+        ro.parse_slots({ro.SLOTS_ANNOTATION: "{broken"})
+
+
+def test_plan_lines_name_the_pdb_waits():
+    decision = ro.decide(node("a"), ["driver"])
+    lines = ro.plan_lines("a", decision, ro.steps_from(ro.REQUIRED), light=False, pdb_waits={"ml/train-0": "ml/pdb"})
+    assert lines[0].startswith("a: upgrade") and any("PodDisruptionBudget ml/pdb before evicting ml/train-0" in x
+                                                     for x in lines)
+
+
+# --- properties: however the requests interleave, the limits hold ------------------------------------------
+
+@st.composite
+def clusters(draw):
+    count = draw(st.integers(min_value=1, max_value=12))
+    views = [node("n%d" % i, unschedulable=draw(st.booleans()) and draw(st.booleans()),
+                  ready=not (draw(st.booleans()) and draw(st.booleans()))) for i in range(count)]
+    requests = draw(st.lists(st.tuples(st.integers(0, count - 1), st.sampled_from(["c1", "c2"]), st.booleans()),
+                             max_size=40))
+    return views, requests, draw(st.integers(1, 4)), draw(st.integers(1, 5))
+
+
+@given(clusters())
+def test_limits_hold_for_any_sequence_of_acquire_and_release(cluster):
+    views, requests, parallel, limit = cluster
+    initially_unavailable = set(v["name"] for v in views if ro.unavailable(v))
+    slots = {}
+    for index, holder, is_release in requests:
+        name = views[index]["name"]
+        if is_release:
+            slots = ro.release(name, slots, holder) or slots
+            continue
+        result = ro.acquire(name, views, slots, holder, parallel, limit, 100.0, 60, alive)
+        if result["granted"]:
+            slots = result["slots"]
+            assert len(slots) <= parallel
+            assert len(initially_unavailable | set(slots)) <= limit
+        assert all(slot["holder"] in ("c1", "c2") for slot in slots.values())

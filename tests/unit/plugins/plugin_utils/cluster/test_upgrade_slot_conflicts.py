@@ -1,0 +1,89 @@
+"""UpgradeApi under resourceVersion conflicts: lost races on the slot Lease are retried for a while, then a clear
+error; a state label is checked and written as one, so a late writer cannot undo a finished node."""
+import pytest
+
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
+
+
+class Contended(upgrade_api.UpgradeApi):
+    """The Lease calls only; the first `losses` writes lose their race."""
+
+    def __init__(self, losses):  # pylint: disable=super-init-not-called
+        self.lease_namespace, self.lease_name = "kube-system", "gpunode-upgrade"
+        self.losses = losses
+        self.writes = []
+
+    def read_slots(self):
+        return {}, {"metadata": {"resourceVersion": str(len(self.writes))}}
+
+    def write_slots(self, slots, lease):
+        self.writes.append(slots)
+        if len(self.writes) <= self.losses:
+            raise upgrade_api.Conflict()
+
+
+def test_more_lost_races_than_the_old_twenty_are_retried(monkeypatch):
+    monkeypatch.setattr(upgrade_api.time, "sleep", lambda seconds: None)
+    api = Contended(losses=25)
+    assert api.update_slots(lambda slots: {"gpu-1": "released"}) == {"gpu-1": "released"}
+    assert len(api.writes) == 26
+
+
+def test_endless_conflicts_end_in_a_clear_error(monkeypatch):
+    monkeypatch.setattr(upgrade_api.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(upgrade_api, "CONFLICT_PATIENCE", 0)
+    with pytest.raises(ro.RolloutError, match="Lease kube-system/gpunode-upgrade changed under each of 1 attempts"):
+        Contended(losses=10 ** 6).update_slots(lambda slots: {"gpu-1": "released"})
+
+
+class Labelled(upgrade_api.UpgradeApi):
+    """The node calls only: a Node whose state label WRITER changes between this controller's read and write."""
+
+    def __init__(self, state, writer=None):  # pylint: disable=super-init-not-called
+        self.state, self.version, self.writer = state, 1, writer
+        self.core = self
+        self.patches = []
+
+    def node(self, name):
+        return {"metadata": {"name": name, "resourceVersion": str(self.version),
+                             "labels": {ro.STATE_LABEL: self.state} if self.state else {}}}
+
+    def patch_node(self, name, body):
+        self.patches.append(body)
+        if self.writer:  # another writer lands first
+            self.state, self.writer = self.writer, None
+            self.version += 1
+        if body["metadata"]["resourceVersion"] != str(self.version):
+            raise cv.ApiException(status=409, reason="Conflict")
+        self.state = body["metadata"]["labels"][ro.STATE_LABEL]
+        self.version += 1
+
+
+def test_a_state_is_written_with_the_version_it_was_checked_on():
+    api = Labelled("validation-required")
+    assert api.move_state("gpu-1", "uncordon-required") == ("validation-required", True)
+    assert api.state == "uncordon-required" and api.patches[0]["metadata"]["resourceVersion"] == "1"
+
+
+def test_a_late_writer_cannot_undo_a_finished_node():
+    """A task of a killed run still labelling the node while the rerun finishes it: checked again, refused."""
+    api = Labelled("pod-restart-required", writer=ro.DONE)
+    with pytest.raises(ro.RolloutError, match="cannot go from upgrade-done to validation-required"):
+        api.move_state("gpu-1", "validation-required")
+    assert api.state == ro.DONE and len(api.patches) == 1
+
+
+def test_a_conflict_on_an_allowed_move_is_written_again():
+    api = Labelled("pod-restart-required", writer="validation-required")
+    assert api.move_state("gpu-1", "uncordon-required") == ("validation-required", True)
+    assert api.state == "uncordon-required" and len(api.patches) == 2
+
+
+def test_a_dry_run_checks_and_writes_nothing():
+    api = Labelled(None)
+    assert api.move_state("gpu-1", ro.REQUIRED, dry_run=True) == (None, True)
+    with pytest.raises(ro.RolloutError, match="cannot go from no state to cordon-required"):
+        api.move_state("gpu-1", "cordon-required", dry_run=True)
+    assert api.patches == [] and api.state is None
