@@ -33,7 +33,7 @@ targets=()
 [ "$part" = live ] || targets+=(tests/unit)
 # The property tests (tests/unit/**/test_*_properties.py) import no ansible-core: with the same Python, tomlkit and
 # hypothesis, derandomised, they would run the very examples of `make test`'s unit step on the very code again.
-[ "$part" = live ] || for file in $(find tests/unit -name "test_*_properties.py"); do targets+=("--ignore=$file"); done
+[ "$part" = live ] || while IFS= read -r file; do targets+=("--ignore=$file"); done < <(find tests/unit -name "test_*_properties.py")
 # One integration path: the containerd editor (action plugin + node module) against a real containerd 2.1,
 # then a CRI sandbox through the new runtime.
 [ "$part" = unit ] ||

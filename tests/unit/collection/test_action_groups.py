@@ -8,7 +8,6 @@ import yaml
 from unit_paths import REPO
 
 
-
 def test_runtime_group_lists_the_three_editors():
     with open(os.path.join(REPO, "meta", "runtime.yml")) as handle:
         runtime = yaml.safe_load(handle)

@@ -7,7 +7,6 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edi
 from unit_paths import REPO
 
 
-
 def test_the_readme_has_the_section_the_messages_name():
     section = re.search(r'"([^"]+)"', HOW_TO_REPORT).group(1)
     with open(os.path.join(REPO, "README.md")) as handle:

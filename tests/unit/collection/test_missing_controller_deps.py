@@ -12,7 +12,6 @@ import pytest
 from unit_paths import REPO
 
 
-
 @pytest.fixture()
 def without(tmp_path):
     def hide(*packages):

@@ -6,7 +6,6 @@ of the node tree; modules are files with or without the kernel's appended signat
 `apt-get -s` answers are recorded text.
 """
 import lzma
-import os
 import struct
 import sys
 from unit_paths import UNIT_DIR

@@ -1,5 +1,4 @@
 """gpu_doctor's security minimum rules: a driver below its branch's minimum, a toolkit below a bulletin's fix."""
-import os
 import sys
 
 import pytest

@@ -5,7 +5,6 @@ installed, it reads the same files and must agree, which checks the writer
 against an independent reader. Real binaries are in tests/integration/test_elf_glibc.py.
 """
 
-import os
 import re
 import shutil
 import struct

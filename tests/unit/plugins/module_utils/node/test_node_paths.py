@@ -1,5 +1,4 @@
 """Paths on the node through its root, and systemd's unit search: the one definition every reader uses."""
-import os
 import sys
 
 import pytest

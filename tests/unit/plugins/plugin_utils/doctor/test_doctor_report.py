@@ -2,7 +2,6 @@
 tests/integration/test_doctor_html.py opens the HTML in a real headless chromium)."""
 import html.parser
 import json
-import os
 import sys
 from unit_paths import UNIT_DIR
 
