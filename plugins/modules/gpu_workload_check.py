@@ -332,7 +332,7 @@ def resolve_runtime(params, facts):
         if engine not in ENGINES:
             raise CheckFailed("cannot tell which container runtime to check: %s; set engine and socket" % (
                 facts.get("target_reason") or "no runtime found"))
-    socket = http2_grpc._socket_path(params["socket"] or (target.get("kind") == engine and target.get("socket"))
+    socket = http2_grpc.socket_path(params["socket"] or (target.get("kind") == engine and target.get("socket"))
                                      or default_socket(engine))
     # The target's file, service and binary belong to the socket only when it is the target's.
     same = target.get("kind") == engine and normalize_socket(target.get("socket") or "") == normalize_socket(socket)

@@ -225,7 +225,7 @@ class _UnaryCall:
             self.ended = self.ended or end_stream
 
 
-def _socket_path(address):
+def socket_path(address):
     """Accept kubelet-style `unix:///path` endpoints as well as plain paths."""
     if address.startswith("unix://"):
         return address[len("unix://"):]
@@ -234,7 +234,7 @@ def _socket_path(address):
 
 def grpc_unary(address, path, request, timeout=DEFAULT_TIMEOUT, metadata=()):
     """Send one serialised request to `path` (/package.Service/Method); return the response bytes."""
-    sock_path = _socket_path(address)
+    sock_path = socket_path(address)
     what = "%s on %s" % (path.rsplit("/", 1)[-1], sock_path)
     deadline = time.time() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

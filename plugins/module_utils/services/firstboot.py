@@ -173,7 +173,7 @@ def resolve_target(facts, config):
     socket = config["socket"] or (target.get("kind") == engine and target.get("socket")) or {
         "containerd": cri.DEFAULT_SOCKET, "crio": runtime_instances.DEFAULT_CRIO_SOCKET,
         "docker": runtime_instances.DEFAULT_DOCKER_SOCKET}[engine]
-    return engine, http2_grpc._socket_path(socket), target.get("binary") if target.get("kind") == engine else None
+    return engine, http2_grpc.socket_path(socket), target.get("binary") if target.get("kind") == engine else None
 
 
 def wait_for_cri(client, seconds):

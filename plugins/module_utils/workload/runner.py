@@ -162,7 +162,7 @@ def find_ctr(runtime_binary=None):
 
 def import_tarball_ctr(ctr, socket, tarball, timeout):
     """`ctr -n k8s.io images import`: where the CRI plugin looks for images."""
-    rc, out = run_command([ctr, "--address", http2_grpc._socket_path(socket), "-n", "k8s.io", "images", "import",
+    rc, out = run_command([ctr, "--address", http2_grpc.socket_path(socket), "-n", "k8s.io", "images", "import",
                            tarball], timeout)
     if rc != 0:
         raise WorkloadError("image", "ctr images import %s failed (exit %d): %s" % (tarball, rc, out.strip()))
@@ -340,7 +340,7 @@ class Docker:
         self.socket = socket
 
     def argv(self, *args):
-        host = ["-H", "unix://" + http2_grpc._socket_path(self.socket)] if self.socket else []
+        host = ["-H", "unix://" + http2_grpc.socket_path(self.socket)] if self.socket else []
         return [self.binary] + host + list(args)
 
     def run(self, args, timeout=60):
