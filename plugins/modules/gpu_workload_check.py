@@ -290,267 +290,38 @@ duration_s:
   type: float
 """
 
-import socket as socket_module
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
-from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
-from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import proof
-from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import normalize_socket
-from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain_first
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data
-
-CRI_CALL_TIMEOUT = 60
-ENGINES = ("containerd", "crio", "docker")
-
-
-class CheckFailed(Exception):
-    def __init__(self, msg):
-        super(CheckFailed, self).__init__(msg)
-        self.msg = msg
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import check
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import CheckFailed
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.runner import DEFAULT_IMAGE
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.target import ENGINES, sections_needed
 
 
-def discover(params):
-    """Node facts needed here: GPUs, driver and, unless given, the runtime kubelet uses."""
-    sections = ["gpus", "driver", "toolkit"]
-    if params["engine"] == "auto" or not params["socket"] or not params["config_path"]:
-        sections += ["runtimes", "kubelet", "target"]
-    return gather("/", sections)
-
-
-def resolve_runtime(params, facts):
-    """(engine, socket, config_path, service, binary) from the options, else the discovered target."""
-    target = facts.get("target") or {}
-    engine = params["engine"]
-    if engine == "auto":
-        engine = target.get("kind")
-        if engine not in ENGINES:
-            raise CheckFailed("cannot tell which container runtime to check: %s; set engine and socket" % (
-                facts.get("target_reason") or "no runtime found"))
-    socket = http2_grpc.socket_path(params["socket"] or (target.get("kind") == engine and target.get("socket"))
-                                     or default_socket(engine))
-    # The target's file, service and binary belong to the socket only when it is the target's.
-    same = target.get("kind") == engine and normalize_socket(target.get("socket") or "") == normalize_socket(socket)
-    config_path = params["config_path"] or (same and target.get("config_path")) or None
-    return engine, socket, config_path, same and target.get("service"), same and target.get("binary")
-
-
-def default_socket(engine):
-    return {"containerd": cri.DEFAULT_SOCKET, "crio": "/var/run/crio/crio.sock",
-            "docker": "/var/run/docker.sock"}[engine]
-
-
-def run_cri_check(module, result, context):
+def run(module):
     params = module.params
-    client = cri.CRIClient(result["socket"], timeout=CRI_CALL_TIMEOUT)
-    try:
-        status = client.status(verbose=True)
-    except http2_grpc.CRIError as exc:
-        raise_explained(result, context, "runtime", exc.message)
-    result["runtimes_loaded"] = sorted(cri.runtimes_from_status(status))
-    try:
-        ctr = wl.find_ctr(context.get("binary")) if params["image_tarball"] else None
-        result["image_source"] = wl.ensure_image_cri(
-            client, params["image"], params["pull_policy"], params["image_tarball"], ctr, module.check_mode,
-            params["pull_timeout"])
-    except http2_grpc.CRIError as exc:
-        raise_explained(result, context, "image", exc.message)
-    except wl.WorkloadError as exc:
-        raise_explained(result, context, exc.stage, exc.message)
-    if module.check_mode:
-        return None
-    try:
-        run = wl.run_cri(client, params["runtime_handler"], params["image"], params["timeout"])
-    except wl.WorkloadError as exc:
-        result["cleanup"] = cleanup_report(exc.cleanup, safe_leftovers(client))
-        result["runtime_wiring_verified"] = exc.stage != "sandbox"
-        raise_explained(result, context, exc.stage, exc.message, exc.output)
-    result["cleanup"] = cleanup_report(run.pop("cleanup"), safe_leftovers(client))
-    return run
-
-
-def safe_leftovers(client):
-    try:
-        return wl.leftover_sandboxes(client)
-    except http2_grpc.CRIError as exc:
-        return ["cannot list sandboxes: %s" % exc.message]
-
-
-def run_docker_check(module, result, context):
-    params = module.params
-    binary = wl.which("docker")
-    if binary is None:
-        raise CheckFailed("engine docker: the docker CLI is not installed on %s" % result["node"])
-    docker = wl.Docker(binary, result["socket"])
-    try:
-        result["runtimes_loaded"] = docker.runtimes()
-        result["image_source"] = wl.ensure_image_docker(
-            docker, params["image"], params["pull_policy"], params["image_tarball"], module.check_mode,
-            params["pull_timeout"])
-        if module.check_mode:
-            return None
-        run = wl.run_docker(docker, params["runtime_handler"], params["image"], params["timeout"],
-                            with_gpus=result["gpu"] == "present")
-    except wl.WorkloadError as exc:
-        if exc.stage == "container":
-            result["cleanup"] = cleanup_report([], wl.docker_leftovers(docker))
-        raise_explained(result, context, exc.stage, exc.message, exc.output)
-    result["cleanup"] = cleanup_report([], wl.docker_leftovers(docker))
-    return run
-
-
-def cleanup_report(problems, leftovers):
-    return {"removed": not problems and not leftovers, "problems": problems, "leftovers": leftovers}
-
-
-def raise_explained(result, context, stage, message, output=""):
-    result["error"] = {"stage": stage, "message": message}
-    if output:
-        result["workload"] = {"output": wl.tail(output)}
-    result["explanation"] = explain_first([message, output], context)
-    raise CheckFailed("%s failed on %s: %s" % (stage, result["node"], message))
-
-
-def judge(result, run, context):
-    """Set passed / cuda_verified / verdict / explanation from the run; a message when it failed."""
-    output = run["output"]
-    run["output"] = wl.tail(output)
-    result["workload"] = run
-    result["runtime_wiring_verified"] = True
-    outcome = wl.judge_run(dict(run, output=output), result["gpu"] == "present", result["node"], context)
-    failure = outcome.pop("failure")
-    result.update(outcome)
-    return failure
-
-
-def base_result(params, facts):
-    gpus = facts.get("gpus") or []
-    return {
-        "changed": False, "node": params["node_name"] or socket_module.gethostname(),
-        "runtime_handler": params["runtime_handler"], "image": params["image"],
-        "gpu": "present" if gpus else "none", "gpus": gpus,
-        "driver": (facts.get("driver") or {}).get("version"), "nvidia_smi": wl.nvidia_smi_summary(),
-        "runtime_wiring_verified": False, "cuda_verified": False, "passed": False, "verdict": "failed",
-        "explanation": None, "proof": "none",
-    }
-
-
-def image_diff(result):
-    source = result.get("image_source", "present")
-    if source == "present":
-        return None
-    how = "imported from the tarball" if "import" in source else "pulled"
-    return {"before": "image %s: absent\n" % result["image"], "after": "image %s: %s\n" % (result["image"], how)}
-
-
-def check(module):
-    params = module.params
+    if params["timeout"] <= 0 or params["pull_timeout"] <= 0:
+        module.fail_json(msg="timeout and pull_timeout must be positive numbers of seconds")
     started = time.time()
-    facts = discover(params)
-    result = base_result(params, facts)
+    facts = gather("/", sections_needed(params["engine"], params["socket"], params["config_path"]))
     try:
-        if params["require_gpu"] and result["gpu"] == "none":
-            raise CheckFailed("no NVIDIA GPU on %s (sysfs lists none) and require_gpu is set" % result["node"])
-        engine, socket, config_path, service, binary = resolve_runtime(params, facts)
-        result.update(engine=engine, socket=socket, config_path=config_path)
-        if params["recall"]:
-            recall(module, result, facts, started)
-        context = {"node": result["node"], "socket": socket, "config_path": config_path, "engine": engine,
-                   "service": service or None, "runtime_handler": params["runtime_handler"],
-                   "image": params["image"], "timeout": params["timeout"], "binary": binary or None}
-        runner = run_docker_check if engine == "docker" else run_cri_check
-        run = runner(module, result, context)
-        failure = None
-        if run is None:
-            result["verdict"] = "not-run"
-        else:
-            failure = judge(result, run, context)
-            result["proof"] = "fresh"
-        result["changed"] = result.get("image_source", "present") != "present"
-        if failure:
-            raise CheckFailed(failure)
+        result = check.check(params, module.check_mode, facts, started)
     except CheckFailed as exc:
-        result["duration_s"] = round(time.time() - started, 3)
-        module.fail_json(msg=with_explanation(exc.msg, result["explanation"]), **mask_data(result))
-    result["duration_s"] = round(time.time() - started, 3)
+        module.fail_json(msg=exc.msg, **mask_data(exc.result))
     if result["proof"] == "fresh" and params["record_path"]:
-        record_proof(module, result, facts)
-    diff = image_diff(result)
+        warning = check.record(params, result, facts,
+                               lambda path, data: filewrite.atomic_write(module, path, data, mode=0o644))
+        if warning:
+            module.warn(warning)
+    diff = check.image_diff(result)
     if diff and module._diff:
         result["diff"] = diff
     module.exit_json(**mask_data(result))
-
-
-def current_key(params, result, facts):
-    """(the proof's key as the node is now, handlers the live runtime has loaded); CheckFailed when it does not answer."""
-    content = filewrite.read_bytes(result["config_path"]) if result["config_path"] else None
-    try:
-        if result["engine"] == "docker":
-            docker = wl.Docker(wl.which("docker") or "docker", result["socket"])
-            version, handlers = docker.version(), docker.runtimes()
-        else:
-            client = cri.CRIClient(result["socket"], timeout=CRI_CALL_TIMEOUT)
-            version = client.version().get("runtime_version")
-            handlers = cri.runtimes_from_status(client.status(verbose=True))
-    except (http2_grpc.CRIError, wl.WorkloadError) as exc:
-        raise CheckFailed("the runtime on %s does not answer: %s" % (result["socket"], getattr(exc, "message", exc)))
-    key = proof.proof_key(
-        result["engine"], result["socket"], params["runtime_handler"], params["image"],
-        filewrite.sha256_bytes(content) if content is not None else None, version,
-        (facts.get("driver") or {}).get("version"), (facts.get("toolkit") or {}).get("version"))
-    return key, handlers
-
-
-def recall(module, result, facts, started):
-    """Exit with the recorded proof when it still holds, else with verdict not-run and the reason."""
-    params = module.params
-    try:
-        key, handlers = current_key(params, result, facts)
-        result["proof_key"] = key
-        record = proof.parse((filewrite.read_bytes(params["record_path"]) or b"").decode("utf-8", "replace")) \
-            if params["record_path"] else None
-        valid, reason = proof.holds(record, key, handlers)
-    except CheckFailed as exc:
-        valid, reason = False, exc.msg
-    except (IOError, OSError) as exc:
-        valid, reason = False, "cannot read %s: %s" % (params["record_path"], exc)
-    if valid:
-        result.update(proof="recorded", proof_recorded_at=record["recorded_at"], verdict=record["verdict"],
-                      passed=True, cuda_verified=record["cuda_verified"],
-                      runtime_wiring_verified=record["runtime_wiring_verified"])
-    else:
-        result.update(proof="none", proof_reason=reason, verdict="not-run")
-    result["duration_s"] = round(time.time() - started, 3)
-    module.exit_json(**mask_data(result))
-
-
-def record_proof(module, result, facts):
-    """Keep this run's proof on the node; a failure to write it is a warning, the proof stands."""
-    if module.check_mode:
-        return
-    try:
-        key, _handlers = current_key(module.params, result, facts)
-        record = proof.make_record(key, result)
-        if record is None:
-            return
-        filewrite.atomic_write(module, module.params["record_path"], proof.dumps(record).encode("utf-8"), mode=0o644)
-    except (CheckFailed, IOError, OSError) as exc:
-        module.warn("the proof passed but was not recorded in %s: %s"
-                    % (module.params["record_path"], getattr(exc, "msg", exc)))
-        return
-    result.update(proof_key=key, proof_recorded_at=record["recorded_at"])
-
-
-def with_explanation(msg, explanation):
-    if not explanation:
-        return msg
-    incident = " (incident %s)" % explanation["incident"] if explanation["incident"] else ""
-    return "%s. Cause%s: %s Fix: %s" % (msg, incident, explanation["cause"], explanation["fix"])
 
 
 def main():
@@ -560,7 +331,7 @@ def main():
             socket=dict(type="str"),
             config_path=dict(type="path"),
             runtime_handler=dict(type="str", default="nvidia"),
-            image=dict(type="str", default=wl.DEFAULT_IMAGE),
+            image=dict(type="str", default=DEFAULT_IMAGE),
             pull_policy=dict(type="str", default="if_not_present", choices=["always", "if_not_present", "never"]),
             image_tarball=dict(type="path"),
             timeout=dict(type="int", default=300),
@@ -572,9 +343,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if module.params["timeout"] <= 0 or module.params["pull_timeout"] <= 0:
-        module.fail_json(msg="timeout and pull_timeout must be positive numbers of seconds")
-    check(module)
+    run(module)
 
 
 if __name__ == "__main__":

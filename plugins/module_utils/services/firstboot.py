@@ -37,6 +37,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.services.node_servi
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import package_versions
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_instances
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import judge_run
 
 DEFAULTS = {
     "engine": "auto",            # auto: the runtime kubelet uses (discovery's target)
@@ -225,7 +226,7 @@ def workload_check(facts, config, node):
     except (http2_grpc.CRIError, wl.WorkloadError) as exc:
         raise StepFailed("check", "%s failed: %s" % (getattr(exc, "stage", "runtime"), exc.message),
                          {"engine": engine, "socket": socket, "output": wl.tail(getattr(exc, "output", ""), 2000)})
-    outcome = wl.judge_run(run, has_gpu, node, context)
+    outcome = judge_run(run, has_gpu, node, context)
     details = {"engine": engine, "socket": socket, "runtimes_loaded": loaded, "image_source": source,
                "verdict": outcome["verdict"], "exit_code": run["exit_code"], "seconds": run["seconds"],
                "output": wl.tail(run["output"], 2000), "explanation": outcome["explanation"]}

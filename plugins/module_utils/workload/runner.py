@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
-"""Run a GPU workload on the node the way kubelet would, and judge the result.
+"""Run a GPU workload on the node the way kubelet would (judge.py judges the run).
 
 Two paths, chosen by the runtime kubelet (or the operator) uses:
 
@@ -30,10 +30,8 @@ import uuid
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import protobuf_wire
-from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain_first
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
-SUCCESS_LINE = "Test PASSED"
 VERIFY_LABEL = "gpunode.nvidia/verify"
 SANDBOX_NAME = "gpunode-verify"
 SANDBOX_NAMESPACE = "gpunode-verify"
@@ -86,12 +84,7 @@ def which(name, extra_dirs=()):
     return None
 
 
-# --- judging -------------------------------------------------------------------------------
-
-def passed(exit_code, output):
-    """The sample's own criterion: exit 0 and its success line."""
-    return exit_code == 0 and SUCCESS_LINE in output
-
+# --- node facts ------------------------------------------------------------------------------
 
 def nvidia_smi_summary(timeout=20):
     """GPUs and driver as nvidia-smi reports them, or None when nvidia-smi is not installed."""
@@ -109,30 +102,6 @@ def nvidia_smi_summary(timeout=20):
                          "driver_version": fields[3], "memory_mib": fields[4]})
     driver = gpus[0]["driver_version"] if gpus else None
     return {"path": binary, "ok": True, "error": "", "gpus": gpus, "driver_version": driver}
-
-
-def judge_run(run, has_gpu, node, context):
-    """What a finished run proves: passed, cuda_verified, verdict (cuda-verified, wiring-only, failed),
-    explanation, and failure (a message, None when the run is a success).
-
-    Without a GPU, a run that the runtime's GPU hook refused for want of a driver still proves the
-    runtime wiring: that is the wiring-only verdict, as for a sample that passed."""
-    output = run["output"]
-    outcome = {"passed": passed(run["exit_code"], output), "cuda_verified": False, "verdict": "failed",
-               "explanation": None, "failure": None}
-    if outcome["passed"]:
-        outcome.update(cuda_verified=has_gpu, verdict="cuda-verified" if has_gpu else "wiring-only")
-        return outcome
-    outcome["explanation"] = explain_first([run["message"], output], context) if run["timed_out"] \
-        else explain_first([output, run["message"]], context)
-    if not has_gpu and not run["timed_out"] and (outcome["explanation"] or {}).get("rule") == "no-driver":
-        outcome["verdict"] = "wiring-only"
-        return outcome
-    what = run["message"] if run["timed_out"] else "exit code %s, %s" % (
-        run["exit_code"], "no \"%s\" in the output" % SUCCESS_LINE if SUCCESS_LINE not in output
-        else "output has \"%s\"" % SUCCESS_LINE)
-    outcome["failure"] = "the GPU workload failed on %s (%s)" % (node, what)
-    return outcome
 
 
 # --- CRI images ------------------------------------------------------------------------------
@@ -160,10 +129,13 @@ def find_ctr(runtime_binary=None):
     return which("ctr", extra)
 
 
+def ctr_import_argv(ctr, socket, tarball):
+    """`ctr -n k8s.io images import`: k8s.io is the namespace where the CRI plugin looks for images."""
+    return [ctr, "--address", http2_grpc.socket_path(socket), "-n", "k8s.io", "images", "import", tarball]
+
+
 def import_tarball_ctr(ctr, socket, tarball, timeout):
-    """`ctr -n k8s.io images import`: where the CRI plugin looks for images."""
-    rc, out = run_command([ctr, "--address", http2_grpc.socket_path(socket), "-n", "k8s.io", "images", "import",
-                           tarball], timeout)
+    rc, out = run_command(ctr_import_argv(ctr, socket, tarball), timeout)
     if rc != 0:
         raise WorkloadError("image", "ctr images import %s failed (exit %d): %s" % (tarball, rc, out.strip()))
     return out
