@@ -184,6 +184,8 @@ def recall(params, result, facts):
         valid, reason = proof.holds(record, key, handlers)
     except CheckFailed as exc:
         valid, reason = False, exc.msg
+    except filewrite.FileFault as exc:  # names the file, the cause and what to do
+        valid, reason = False, str(exc)
     except (IOError, OSError) as exc:
         valid, reason = False, "cannot read %s: %s" % (params["record_path"], exc)
     if valid:
@@ -203,7 +205,7 @@ def record(params, result, facts, write):
         if kept is None:
             return None
         write(params["record_path"], proof.dumps(kept).encode("utf-8"))
-    except (CheckFailed, IOError, OSError) as exc:
+    except (CheckFailed, filewrite.FileFault, IOError, OSError) as exc:
         return "the proof passed but was not recorded in %s: %s" % (params["record_path"], getattr(exc, "msg", exc))
     result.update(proof_key=key, proof_recorded_at=kept["recorded_at"])
     return None

@@ -2,8 +2,11 @@
 
 The runs themselves go through real containerd and dockerd in tests/integration/test_gpu_verify_node.py;
 here the runners and the runtime's answers are replaced where a case needs no daemon."""
+import errno
+
 import pytest
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import check, proof
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import CheckFailed
@@ -140,6 +143,13 @@ def test_recall_when_the_runtime_does_not_answer(tmp_path):
     assert result["proof_reason"].startswith("the runtime on %s does not answer: " % socket)
 
 
+def test_recall_of_a_record_path_that_is_a_directory_says_so(monkeypatch, tmp_path):
+    answering(monkeypatch)
+    result = check.check(params(recall=True, record_path=str(tmp_path)), False, facts(), 0)
+    assert result["verdict"] == "not-run"
+    assert result["proof_reason"].startswith("%s: could not read it: it is a directory." % tmp_path)
+
+
 def fresh_result():
     return {"verdict": "cuda-verified", "cuda_verified": True, "runtime_wiring_verified": True, "duration_s": 1.0}
 
@@ -164,6 +174,17 @@ def test_a_proof_that_cannot_be_written_is_a_warning_and_stands(monkeypatch):
     assert warning == ("the proof passed but was not recorded in /var/lib/gpunode/last-proof.json: "
                        "[Errno 30] Read-only file system")
     assert "proof_key" not in result
+
+
+def test_a_proof_on_a_read_only_filesystem_is_a_warning_naming_the_cause(monkeypatch, tmp_path):
+    answering(monkeypatch)
+
+    def refuse(path, data):
+        raise filewrite.fault(path, OSError(errno.EROFS, "Read-only file system"), "replace it")
+    warning = check.record(params(record_path="/var/lib/gpunode/last-proof.json"), fresh_result(), facts(), refuse)
+    assert warning.startswith("the proof passed but was not recorded in /var/lib/gpunode/last-proof.json: "
+                              "/var/lib/gpunode/last-proof.json: could not replace it: the filesystem is mounted "
+                              "read-only (EROFS).")
 
 
 def test_a_run_that_proved_nothing_is_not_recorded(monkeypatch):
