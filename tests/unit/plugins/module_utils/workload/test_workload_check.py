@@ -24,7 +24,8 @@ def params(**changes):
     return values
 
 
-def facts(gpus=(), found=TARGET, reason=None):
+def facts(gpus=(), found="the target", reason=None):
+    found = dict(TARGET) if found == "the target" else found
     return {"gpus": list(gpus), "driver": None, "toolkit": None, "target": found, "target_reason": reason}
 
 
@@ -99,8 +100,10 @@ def test_a_failed_run_fails_with_its_explanation_in_the_message(monkeypatch):
 
 # --- recall and record ---------------------------------------------------------------------------
 
-def answering(monkeypatch, key=KEY, handlers=("nvidia", "runc")):
-    monkeypatch.setattr(check, "current_key", lambda options, result, node_facts: (dict(key), list(handlers)))
+def answering(monkeypatch, key=None, handlers=("nvidia", "runc")):
+    """The live runtime answers with KEY (default, the recorded one) and HANDLERS loaded."""
+    answer = dict(key or KEY), list(handlers)
+    monkeypatch.setattr(check, "current_key", lambda options, result, node_facts: answer)
 
 
 def recorded(tmp_path, verdict="wiring-only"):
@@ -123,7 +126,7 @@ def test_recall_reports_a_proof_that_still_holds(monkeypatch, tmp_path):
     (KEY, ("runc",), "the runtime does not have the 'nvidia' handler loaded now"),
 ])
 def test_recall_of_a_proof_that_no_longer_holds_runs_nothing_and_says_why(monkeypatch, tmp_path, key, handlers,
-                                                                           reason):
+                                                                          reason):
     answering(monkeypatch, key, handlers)
     result = check.check(params(recall=True, record_path=recorded(tmp_path)), False, facts(), 0)
     assert (result["proof"], result["verdict"], result["proof_reason"]) == ("none", "not-run", reason)
