@@ -62,7 +62,8 @@ class ActionModule(ValidatedAction):
         target = resolve_target(args["current"], args["target"], args["minimum"])
         changes = ro.needs(args["current"], target)
         managed = view["labels"].get(ro.OPERATOR_DRIVER_LABEL) == "true" and "driver" in changes
-        below = [] if args["allow_below_minimum"] else ro.below_minimum(target, changes)
+        below = [] if args["allow_below_minimum"] else ro.below_minimum(
+            target, changes, sm.check_date(), args["minimum"], args["current"])  # the controller's date
         decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"], below=below)
         steps = ro.steps_from(decision["start"], args["job_selector"], args["drain"]) if decision["start"] else []
         report = dict(changed=False, state=view["state"], skip=view["skip"], unschedulable=view["unschedulable"],

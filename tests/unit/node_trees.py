@@ -289,10 +289,10 @@ def kubeadm_containerd(tree):
     tree.gpu()
     tree.modules("nvidia_uvm", "nvidia")
     tree.file("/proc/driver/nvidia/version",
-              "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.309.01  Thu Oct 19 18:56:32 UTC 2023\n"
+              "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.178.04  Tue Sep  8 18:56:32 UTC 2026\n"
               "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
     tree.package("containerd", "1.6.20~ds1-1+deb12u3")
-    tree.package("nvidia-driver", "535.309.01-1")
+    tree.package("nvidia-driver", "580.178.04-1")
     _distro_containerd(tree)
     _kubeadm_kubelet(tree, endpoint="unix:///var/run/containerd/containerd.sock")
     return {"target": "containerd:/run/containerd/containerd.sock", "platform": "distro",

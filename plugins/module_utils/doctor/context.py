@@ -31,8 +31,9 @@ BUNDLED_CONTAINERD = ("k3s", "rke2", "k0s", "microk8s", "k8s-snap")
 class Context(object):
     """Facts, runtime views and probes of one node; what every rule reads."""
 
-    def __init__(self, facts, node, views, runtime_name="nvidia", health=None):
+    def __init__(self, facts, node, views, runtime_name="nvidia", health=None, on=None):
         self.facts = facts
+        self.on = on  # the day of the diagnosis, 'YYYY-MM-DD' (the security rules' branch lifecycle)
         self.node = node
         self.views = views
         self.runtime_name = runtime_name

@@ -41,6 +41,7 @@ __metaclass__ = type
 import time
 import traceback
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import discovery
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import (
@@ -102,8 +103,10 @@ def summarize(findings):
     return counts
 
 
-def diagnose(root="/", query_cri=None, given_healthz_url=None, runtime_name="nvidia", cri_timeout=5.0, run=None):
-    """Findings for the node under ROOT (see the module docstring)."""
+def diagnose(root="/", query_cri=None, given_healthz_url=None, runtime_name="nvidia", cri_timeout=5.0, run=None,
+             on=None):
+    """Findings for the node under ROOT (see the module docstring), on the day `on` ('YYYY-MM-DD'; default: the
+    node's clock, never earlier than the security table's date)."""
     started = time.time()
     node = node_reader.Node(root, run)
     if query_cri is None:
@@ -112,7 +115,7 @@ def diagnose(root="/", query_cri=None, given_healthz_url=None, runtime_name="nvi
     views = {}
     for instance in facts.get("runtimes") or []:
         views[instance["id"]] = safe_view(node, instance, query_cri and instance["kind"] == "containerd", cri_timeout)
-    ctx = Context(facts, node, views, runtime_name)
+    ctx = Context(facts, node, views, runtime_name, on=on or security_minimums.check_date())
     url = healthz_url(ctx, given_healthz_url)
     if url and ctx.kubelet.get("running"):
         ok, detail = probe_healthz(url)

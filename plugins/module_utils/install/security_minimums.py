@@ -1,16 +1,24 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
-"""Minimum fixed versions from NVIDIA's security bulletins: one dated table, per product and driver branch.
+"""Minimum fixed versions from NVIDIA's security bulletins and the driver branches' lifecycle: one dated table.
 
 Every guard reads this table: the toolkit role's version guard, the driver role's security-minimum check,
 gpu_doctor's ``driver-below-security-minimum`` / ``toolkit-below-security-minimum`` rules and
 ``gpunode.nvidia.upgrade`` (``target: minimum``).
 
-Updating it is one step (docs/upgrade.md#security-minimums): append one row per product and branch a new
-bulletin names, with the bulletin number, its date and its CVEs, and set ``TABLE_DATE``. Rows are never
-edited or removed: the minimum of a branch is the highest fixed version of all its rows, and the messages
-name every bulletin a node misses.
+Updating it (docs/upgrade.md#security-minimums): append one row per product and branch a new bulletin names,
+with the bulletin number, its date and its CVEs; bring ``_BRANCHES`` in line with NVIDIA's lifecycle page (a
+new branch, its kind, first release and end of life; a branch the bulletins stopped naming); set ``TABLE_DATE``
+to the day of the update (never older than a date in the table: a unit test holds it). Bulletin rows are never
+edited or removed: the minimum of a branch is the highest fixed version of all its rows, and the messages name
+every bulletin a node misses.
+
+A branch past its end of life gets no fixes: no version of it meets a security minimum any more, whatever its
+rows say, and every check names the supported branches instead. Whether a branch has ended depends on the day
+of the check: the functions take it (``on``, 'YYYY-MM-DD'); ``check_date`` gives it from the clock of the
+machine that checks, never earlier than ``TABLE_DATE`` (a node whose clock was never set still knows that
+much).
 
 Where the numbers come from: NVIDIA's bulletins (https://nvidia.custhelp.com/app/answers/detail/a_id/<N>)
 and their machine-readable copies (github.com/NVIDIA/product-security). The driver rows give the Linux
@@ -22,7 +30,8 @@ say so instead of guessing.
 
 ``enforce``: ``refuse`` rows stop an install below them; ``warn`` rows are reported (the toolkit's
 CVE-2026-24260 row warns until the refusal is switched on for it in a later release; driver rows are
-enforced where the operator asks for it, nvidia_driver_security_minimum: refuse).
+enforced where the operator asks for it, nvidia_driver_security_minimum: refuse; the same switch governs a
+driver on an ended branch).
 
 Standard library only (runs on managed nodes).
 """
@@ -31,9 +40,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import re
 
-TABLE_DATE = "2026-09-30"
+TABLE_DATE = "2026-11-29"
 TOOLKIT = "nvidia-container-toolkit"
 DRIVER = "nvidia-driver"
 
@@ -61,6 +71,25 @@ _ROWS = (
 MINIMUMS = tuple(dict(zip(("product", "branch", "version", "bulletin", "published", "cves", "enforce"), row))
                  for row in _ROWS)
 BULLETIN_URL = "https://nvidia.custhelp.com/app/answers/detail/a_id/%s"
+
+LONG_TERM, PRODUCTION, FEATURE = "long-term", "production", "feature"
+LIFECYCLE_URL = "https://docs.nvidia.com/datacenter/tesla/drivers/"
+# The data center driver branches from NVIDIA's lifecycle page: a branch is supported through its end-of-life
+# month. R570 and R590 are not on the page as transcribed here; the bulletins since 5821 (2026-05) name neither,
+# so they are taken as ended then. R615's end of life is not announced yet.
+# (branch, kind, first release, its date, end of life, where the end of life comes from)
+_BRANCH_ROWS = (
+    ("535", LONG_TERM, None, None, "2026-06", "lifecycle"),
+    ("570", PRODUCTION, None, None, "2026-05", "no fix in bulletins 5821 and 5861"),
+    ("580", LONG_TERM, None, None, "2028-06", "lifecycle"),
+    ("590", FEATURE, None, None, "2026-05", "no fix in bulletins 5821 and 5861"),
+    ("595", PRODUCTION, None, None, "2027-03", "lifecycle"),
+    ("610", FEATURE, None, None, "2026-08", "lifecycle"),
+    ("615", FEATURE, None, None, None, "not announced"),
+    ("620", LONG_TERM, "620.70.06", "2026-11-04", "2029-09", "lifecycle"),
+)
+BRANCHES = tuple(dict(zip(("branch", "kind", "first_release", "released", "end", "end_source"), row))
+                 for row in _BRANCH_ROWS)
 
 
 def version_key(text):
@@ -129,12 +158,89 @@ def describe(gap):
                       cves, TABLE_DATE, BULLETIN_URL % gap["bulletins"][-1]))
 
 
-def unknown_branch(version):
-    """A sentence when the driver's branch has no row (no known minimum), else None."""
-    branch = branch_of(version)
-    if not branch or rows_for(DRIVER, version):
+def check_date(clock=None):
+    """The day a check runs, 'YYYY-MM-DD': the machine's clock (or `clock`, a date), never before TABLE_DATE."""
+    return max((clock or datetime.date.today()).isoformat(), TABLE_DATE)
+
+
+def table_dates():
+    """Every date the table records as past (bulletins published, first releases, ends the bulletins showed)."""
+    dates = [row["published"] for row in MINIMUMS]
+    dates += [row["released"] for row in BRANCHES if row["released"]]
+    dates += [row["end"] for row in BRANCHES if row["end"] and row["end_source"] != "lifecycle"]
+    return dates
+
+
+def lifecycle(branch):
+    """The branch's row of BRANCHES, or None."""
+    return next((row for row in BRANCHES if row["branch"] == str(branch)), None)
+
+
+def has_ended(row, on):
+    return bool(row["end"]) and on[:7] > row["end"]
+
+
+def supported_branches(on):
+    """The branches released and not ended on that day, oldest first."""
+    return [row for row in BRANCHES if not has_ended(row, on) and (row["released"] or "") <= on]
+
+
+def ended_branch(version, on):
+    """{branch, kind, end, end_source, supported} when the driver version's branch ended before `on`, else None."""
+    row = lifecycle(branch_of(version))
+    if not row or not has_ended(row, on):
         return None
-    listed = sorted(set(row["branch"] for row in MINIMUMS if row["product"] == DRIVER), key=int)
-    return ("Driver branch R%s has no row in the security minimum table of %s (the bulletins through 5861 name "
-            "R%s): its minimum is unknown, most often because the branch reached its end of life. Move to a "
-            "listed branch." % (branch, TABLE_DATE, ", R".join(listed)))
+    return dict(row, supported=supported_branches(on))
+
+
+def _either(names):
+    return " or ".join(names) if len(names) < 3 else "%s or %s" % (", ".join(names[:-1]), names[-1])
+
+
+def _span(row):
+    """'R580 to 2028-06', or 'R615 with no end of life announced'."""
+    return "R%s %s" % (row["branch"], "to %s" % row["end"] if row["end"] else "with no end of life announced")
+
+
+def ended_advice(ended):
+    """'R535 ended 2026-06: no security fixes; move to R580 or R620 (...)': the long-term branches first."""
+    supported = ended["supported"]
+    long_term = [row for row in supported if row["kind"] == LONG_TERM]
+    named = long_term or supported
+    others = [row for row in supported if row not in named]
+    when = ended["end"] if ended["end_source"] == "lifecycle" else "by %s (%s)" % (ended["end"], ended["end_source"])
+    advice = "R%s ended %s: no security fixes; move to %s" % (
+        ended["branch"], when, _either(["R%s" % row["branch"] for row in named]) or "a supported branch")
+    if named:
+        advice += " (%s%s%s)" % ("long-term: " if long_term else "", ", ".join(_span(row) for row in named),
+                                 "; also supported: %s" % ", ".join(_span(row) for row in others) if others else "")
+    return advice
+
+
+def describe_ended(version, ended):
+    """Two sentences: the version, its ended branch and the supported branches, never a minimum it meets."""
+    return ("NVIDIA driver %s is on branch R%s. %s. Every vulnerability found from now on stays open on it "
+            "(driver branch lifecycle in the security minimum table of %s; %s)."
+            % (version, ended["branch"], ended_advice(ended), TABLE_DATE, LIFECYCLE_URL))
+
+
+def unknown_branch(version, on):
+    """A sentence when the driver's branch is in neither the bulletins' rows nor the lifecycle, else None."""
+    branch = branch_of(version)
+    if not branch or rows_for(DRIVER, version) or lifecycle(branch):
+        return None
+    return ("Driver branch R%s is in neither the bulletins nor the branch lifecycle of the security minimum table "
+            "of %s: its minimum is unknown, most often because the branch ended before the table began. Move to "
+            "a supported branch: %s." % (branch, TABLE_DATE, ", ".join(_span(row) for row in supported_branches(on))))
+
+
+def unbulletined_branch(version, on):
+    """A sentence for a supported branch no bulletin names yet (its minimum is unknown, none is missed), else None."""
+    row = lifecycle(branch_of(version))
+    if not row or rows_for(DRIVER, version) or has_ended(row, on):
+        return None
+    released = " (first release %s, %s)" % (row["first_release"], row["released"]) if row["first_release"] else ""
+    return ("NVIDIA driver %s is on branch R%s, a %s branch%s supported %s; no bulletin in the security minimum "
+            "table of %s names it yet, so it misses none." % (
+                version, row["branch"], row["kind"], released,
+                "to %s" % row["end"] if row["end"] else "(end of life not announced)", TABLE_DATE))

@@ -137,24 +137,41 @@ def light_path(changes):
     return "driver" not in changes
 
 
-def below_minimum(target, changes):
-    """One sentence per target version (of those that change) below the security minimum table, naming the bulletins.
+def below_minimum(target, changes, on, minimum=False, current=None):
+    """One sentence per target version (of those that change) below the security minimum table, naming the
+    bulletins, and one for a target driver on a branch past its end of life on the day `on` (changed or not:
+    such a branch gets no fixes), naming the supported branches.
 
+    minimum: the target is each node's security minimum, which stays on the branch of its driver (`current`).
     A driver branch alone ('535') is no version: the packages' newest of the branch is installed."""
     found = []
+    driver = (target or {}).get("driver") or (minimum and (current or {}).get("driver")) or ""
+    ended = sm.ended_branch(driver, on) if driver else None
+    if ended:
+        found.append(_ended_target(driver, ended, minimum))
     for part, product in (("driver", sm.DRIVER), ("toolkit", sm.TOOLKIT)):
         wanted = (target or {}).get(part) or ""
         gap = sm.shortfall(product, wanted) if part in changes and "." in wanted else None
-        if gap:
-            found.append(sm.describe(gap))
+        if gap and not (part == "driver" and ended):
+            found.append("The target is below the security minimum: %s Choose a fixed version "
+                         "(gpunode_upgrade_target=minimum picks it)." % sm.describe(gap))
     return found
+
+
+def _ended_target(driver, ended, minimum):
+    where = ("gpunode_upgrade_target=minimum keeps a node on its driver's branch, and this node runs %s"
+             % driver) if minimum else "The target driver %s is on a branch past its end of life" % driver
+    return ("%s. %s. Set gpunode_upgrade_driver to one of the supported branches (%s) after checking that it supports "
+            "the nodes' GPUs and fabric manager." % (where, sm.ended_advice(ended), ", ".join(
+                row["branch"] for row in ended["supported"])))
 
 
 def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
     """{action, start, reason} for one node at the start of a run.
 
     action: skip | at-target | refused | failed | upgrade. start: the state to begin (or resume) at.
-    below: below_minimum()'s sentences when the operator did not allow a target below the security minimum."""
+    below: below_minimum()'s sentences when the operator did not allow a target below the security minimum (or
+    on an ended driver branch)."""
     state = view["state"]
     if view["skip"]:
         return _decision("skip", None, "the node has %s=true" % SKIP_LABEL)
@@ -162,9 +179,8 @@ def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
         return _decision("refused", None, "NVIDIA's GPU operator manages the driver on this node (label %s): upgrade "
                          "it through the operator's own upgrade policy, %s" % (OPERATOR_DRIVER_LABEL, OPERATOR_POLICY))
     if below:
-        return _decision("refused", None, "the target is below the security minimum, nothing was changed: %s Choose "
-                         "a fixed version (gpunode_upgrade_target=minimum picks it), or set "
-                         "gpunode_upgrade_allow_below_minimum=true to install it knowingly." % " ".join(below))
+        return _decision("refused", None, "nothing was changed: %s Or set gpunode_upgrade_allow_below_minimum=true to "
+                         "go ahead knowingly." % " ".join(below))
     if state == FAILED:
         if retry_failed:
             return _decision("upgrade", REQUIRED, "retry of a failed upgrade: from the beginning")

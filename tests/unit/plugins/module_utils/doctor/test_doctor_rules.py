@@ -320,11 +320,11 @@ def test_i6_nouveau_beside_an_installed_driver_is_fixed_by_hand(tmp_path, reader
 
 def test_i6_driver_version_mismatch(tmp_path, reader):
     tree = kubeadm_with_nvidia(tmp_path)
-    tree.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.154.05", "")
+    tree.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.03", "")
     (item,) = diagnose(tmp_path)[0]["driver-version-mismatch"]
-    assert "535.309.01" in item["message"] and "535.154.05" in item["message"]
+    assert "580.178.04" in item["message"] and "580.159.03" in item["message"]
     same = kubeadm_with_nvidia(tmp_path / "same")
-    same.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.309.01", "")
+    same.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.178.04", "")
     assert "driver-version-mismatch" not in diagnose(same.root)[0]
 
 

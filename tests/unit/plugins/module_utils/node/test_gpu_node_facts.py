@@ -607,7 +607,7 @@ def test_module_gather_subset(tmp_path, capsys):
     run_module({"root": str(tmp_path), "gather": ["gpus", "driver"]})
     facts = json.loads(capsys.readouterr().out)["ansible_facts"]["gpu_node"]
     assert facts["gpus"][0]["device_id"] == "0x2330"
-    assert facts["driver"]["version"] == "535.309.01"
+    assert facts["driver"]["version"] == "580.178.04"
     assert "runtimes" not in facts
 
 

@@ -120,21 +120,59 @@ def test_skip_label_and_operator_managed_nodes_are_left_alone():
     assert refused["action"] == "refused" and "upgradePolicy" in refused["reason"]
 
 
+ON = "2026-11-29"  # the controller's date, given: no test reads the clock
+
+
 @pytest.mark.parametrize("target, changes, bulletins", [
     ({"toolkit": "1.18.0-1"}, ["toolkit"], ["bulletin 5850", "CVE-2026-24260"]),
-    ({"driver": "535.288.01"}, ["driver"], ["bulletin 5821"]),
-    ({"driver": "535.309.01", "toolkit": "1.19.1-1"}, ["driver", "toolkit"], []),
+    ({"driver": "580.159.03"}, ["driver"], ["bulletin 5861"]),
+    ({"driver": "580.178.04", "toolkit": "1.19.1-1"}, ["driver", "toolkit"], []),
     ({"toolkit": "1.18.0-1"}, [], []),                                     # not changed: not installed by this run
-    ({"driver": "535"}, ["driver"], []),                                   # a branch alone is no version
+    ({"driver": "580"}, ["driver"], []),                                   # a branch alone is no version
+    ({"driver": "620.70.06"}, ["driver"], []),                             # no bulletin names R620 yet
 ])
 def test_a_target_below_the_security_minimum_is_refused(target, changes, bulletins):
-    below = ro.below_minimum(target, changes)
+    below = ro.below_minimum(target, changes, ON)
     assert all(any(word in sentence for sentence in below) for word in bulletins) and bool(below) is bool(bulletins)
     decision = ro.decide(node("a"), changes, below=below)
     if bulletins:
         assert decision["action"] == "refused" and "gpunode_upgrade_allow_below_minimum" in decision["reason"]
+        assert "below the security minimum" in decision["reason"] and "target=minimum picks it" in decision["reason"]
     else:
         assert decision["action"] != "refused"
+
+
+@pytest.mark.parametrize("target, changes", [
+    ({"driver": "535.309.01"}, ["driver"]),
+    ({"driver": "535.288.01"}, ["driver"]),      # below R535's last fix too: the ended branch is what is said
+    ({"driver": "535"}, []),                     # a branch alone, the node already on it: still the wrong target
+    ({"driver": "610.57.04", "toolkit": "1.19.1-1"}, ["driver", "toolkit"]),
+])
+def test_a_target_on_an_ended_branch_is_refused_naming_the_supported_ones(target, changes):
+    below = ro.below_minimum(target, changes, ON)
+    assert len(below) == 1 and "ended 20" in below[0] and "no security fixes; move to R580 or R620" in below[0], below
+    assert "supported branches (580, 595, 615, 620)" in below[0] and "minimum fixed version" not in below[0], below
+    decision = ro.decide(node("a"), changes, below=below)
+    assert decision["action"] == "refused" and "gpunode_upgrade_allow_below_minimum" in decision["reason"]
+    assert "target=minimum picks it" not in decision["reason"]
+
+
+@pytest.mark.parametrize("current, changes", [
+    ({"driver": "535.309.01", "toolkit": "1.19.1"}, []),          # at R535's last fix: not "at the minimum"
+    ({"driver": "535.261.03", "toolkit": "1.18.0"}, ["driver", "toolkit"]),
+])
+def test_target_minimum_on_an_ended_branch_says_to_change_branch(current, changes):
+    target = {"driver": "535.309.01" if changes else "", "toolkit": "1.19.1" if changes else ""}
+    below = ro.below_minimum(target, changes, ON, minimum=True, current=current)
+    assert len(below) == 1, below
+    assert below[0].startswith("gpunode_upgrade_target=minimum keeps a node on its driver's branch, and this node "
+                               "runs %s. R535 ended 2026-06: no security fixes; move to R580 or R620" % (
+                                   target["driver"] or current["driver"])), below
+    assert "Set gpunode_upgrade_driver to one of the supported branches (580, 595, 615, 620)" in below[0]
+    assert ro.decide(node("a"), changes, below=below)["action"] == "refused"
+    # A supported branch at its minimum is left alone, on the day R535 still had support too.
+    assert ro.below_minimum({"driver": ""}, [], ON, minimum=True, current={"driver": "580.178.04"}) == []
+    assert ro.below_minimum({"driver": ""}, [], "2026-06-30", minimum=True, current={"driver": "535.309.01"}) == []
 
 
 def test_failed_never_jumps_to_done():
