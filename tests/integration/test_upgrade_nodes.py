@@ -116,6 +116,9 @@ def test_a_security_update_inside_the_branch_through_the_real_roles(tmp_path, no
         api.add_pdb("ml", "train", {"app": "train"}, disruptions_allowed=2)
         variables = dict(DRIVER_VARS, gpunode_kubeconfig=api.write_kubeconfig(str(tmp_path / "kubeconfig")),
                          gpunode_upgrade_driver=NEW, gpunode_upgrade_max_unavailable=1,
+                         # Debian 12 carries R535 alone, which ended 2026-06: the update inside it is allowed
+                         # knowingly (without this, upgrade.yml refuses a target on an ended branch).
+                         gpunode_upgrade_allow_below_minimum=True,
                          gpunode_upgrade_max_parallel=1, gpunode_upgrade_poll_interval=0.2,
                          gpunode_upgrade_eviction_timeout=20, gpunode_upgrade_validate_pod=False,
                          gpunode_upgrade_validation_timeout=30)

@@ -28,7 +28,7 @@ from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
-OLD, NEW = "535.261.03", "535.309.01"
+OLD, NEW = "580.159.03", "580.178.04"
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 STUB = os.path.join(REPO, "tests", "integration", "upgrade_stub")
 
@@ -270,14 +270,21 @@ def test_skip_label_and_nodes_at_target_are_left_alone(tmp_path):
 
 
 def test_target_minimum_upgrades_exactly_the_nodes_below_it(tmp_path):
-    with KubeApiStandin(gpu_nodes(2), pod_seconds=0.2) as api:
-        rollout = Rollout(tmp_path, api, ["gpu-1", "gpu-2"], gpunode_upgrade_target="minimum",
+    with KubeApiStandin(gpu_nodes(3), pod_seconds=0.2) as api:
+        rollout = Rollout(tmp_path, api, ["gpu-1", "gpu-2", "gpu-3"], gpunode_upgrade_target="minimum",
                           gpunode_upgrade_driver="")
-        rollout.set_versions("gpu-1", driver="535.309.01", toolkit="1.19.1-1")
+        rollout.set_versions("gpu-1", driver=NEW, toolkit="1.19.1-1")
+        # R535 ended 2026-06 (security minimum table): its last fix is no minimum, the node must change branch.
+        rollout.set_versions("gpu-3", driver="535.309.01", toolkit="1.19.1-1")
         rc, output = rollout.run()
-        assert rc == 0, output
-        assert rollout.events("gpu-1") == []
-        assert rollout.versions("gpu-2") == {"driver": "535.309.01", "toolkit": "1.19.1"}
+        assert rc != 0, output
+        assert rollout.events("gpu-1") == [] and rollout.events("gpu-3") == []
+        assert rollout.versions("gpu-2") == {"driver": NEW, "toolkit": "1.19.1"}
+        flat = " ".join(output.split())
+        assert "gpu-3: nothing was changed: gpunode_upgrade_target=minimum keeps a node on its driver's branch, " \
+               "and this node runs 535.309.01. R535 ended 2026-06: no security fixes; move to R580 or R620" in flat, \
+            output[-3000:]
+        assert rollout.state("gpu-3") is None and not [r for r in api.write_requests if "gpu-3" in str(r)]
         report_peak(api, "target minimum", 2)
 
 
