@@ -43,7 +43,7 @@ variable "ami_name_prefix" {
 # Extra variables for the bake playbook (driver branch, toolkit version, stage switches...).
 variable "bake_extra_vars" {
   type    = string
-  default = "nvidia_driver_branch=580 nvidia_container_toolkit_version=1.17.8-1"
+  default = "nvidia_driver_branch=580 nvidia_container_toolkit_version=1.19.1-1"
 }
 
 locals {

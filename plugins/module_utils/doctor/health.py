@@ -22,6 +22,7 @@ from xml.etree import ElementTree
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services import node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.context import (
     finding, manual_fix, note, playbook_fix)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install.guards import TOOLKIT_CVE_MINIMUM, older_than, version_key
 
 CONTAINERD_CDI_MINIMUM = "1.7"  # enable_cdi exists in the CRI plugin from containerd 1.7
@@ -308,8 +309,9 @@ def check_toolkit_cve(rule, ctx):
         return []
     evidence = [{"kind": "version", "name": "nvidia-container-toolkit", "version": version,
                  "source": "package" if toolkit.get("packages") else "--version"}]
-    fix = playbook_fix("Upgrade the four toolkit packages together to %s or newer." % TOOLKIT_CVE_MINIMUM,
-                       {"nvidia_container_toolkit_version": TOOLKIT_CVE_MINIMUM + "-1",
+    fixed = security_minimums.minimum(security_minimums.TOOLKIT)  # past every bulletin, not only this CVE's
+    fix = playbook_fix("Upgrade the four toolkit packages together to %s or newer." % fixed,
+                       {"nvidia_container_toolkit_version": fixed + "-1",
                         "nvidia_container_toolkit_allow_upgrade": True})
     if node_services.operator_toolkit(ctx.node.root):
         fix["gpu_operator"] = {"helm_values": {"toolkit": {"version": "v%s-ubuntu20.04" % TOOLKIT_CVE_MINIMUM}},

@@ -226,7 +226,8 @@ def test_toolkit_cve_minimum(tmp_path, version, fires):
     assert ("toolkit-vulnerable" in fired) is fires
     if fires:
         assert "CVE-2025-23266" in fired["toolkit-vulnerable"][0]["message"]
-        assert fired["toolkit-vulnerable"][0]["fix"]["vars"]["nvidia_container_toolkit_version"] == "1.17.8-1"
+        # The table's minimum, past every bulletin: the fix leaves no toolkit-below-security-minimum behind.
+        assert fired["toolkit-vulnerable"][0]["fix"]["vars"]["nvidia_container_toolkit_version"] == "1.19.1-1"
 
 
 # --- containerd 1.6 and the operator's CDI ------------------------------------------------------------------
