@@ -16,7 +16,7 @@ description:
   - Reads the collection's dated table of minimum fixed versions per product and driver branch, each row with
     the NVIDIA security bulletin it comes from, and of the driver branches' lifecycle
     (C(plugins/module_utils/install/security_minimums.py), docs/upgrade.md).
-  - A driver on a branch past its end of life gets no security fixes, whatever version it is at: that is a
+  - A driver on a branch past its end of life gets no security fixes, whatever version it is at; that is a
     finding of its own (O(mode=warn) warns, O(mode=refuse) fails), naming the supported branches to move to.
 notes:
   - Without O(version), reads the node's loaded driver (C(/proc/driver/nvidia/version), else its packages) or
