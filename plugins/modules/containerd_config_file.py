@@ -231,7 +231,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write,
     clear_debris,
@@ -243,7 +243,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite i
 )
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, run_holding
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import find_binary
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import run_and_exit
 
 

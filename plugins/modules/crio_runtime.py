@@ -162,8 +162,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
-    DEFAULT_BINARY, binary_problem, find_binary, request_problem)
+    DEFAULT_BINARY, binary_problem, request_problem)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write,
     check_unchanged,

@@ -225,9 +225,9 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import daemon_json
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config
-
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import dockerd_flags
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import dockerd_flags
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import (
     atomic_write,
     check_unchanged,
@@ -235,8 +235,9 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite i
     editing,
     read_bytes,
 )
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import (
-    DEFAULT_BINARY, binary_problem, find_binary, request_problem)
+    DEFAULT_BINARY, binary_problem, request_problem)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, under_lock_option
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit, warn
@@ -325,8 +326,8 @@ def plan(module, path, before_text):
         after_text = docker_config.edit_daemon_json(
             before_text, path, params["name"], params["binary"], params["runtime_args"],
             params["set_as_default"], params["cdi"], params["state"])
-        after_data = docker_config.parse_daemon_json(after_text, path)
-    except docker_config.DockerConfigError as exc:
+        after_data = daemon_json.parse_daemon_json(after_text, path)
+    except daemon_json.DockerConfigError as exc:
         fail(module, str(exc))
     return after_text, after_data
 
@@ -374,7 +375,7 @@ def edit(module):
     if changed and not module.check_mode:
         backup_file = write(module, path, before_bytes, after_bytes)
 
-    runtime = docker_config.runtime_entry(after_data, params["name"])
+    runtime = daemon_json.runtime_entry(after_data, params["name"])
     return dict(
         changed=changed,
         path=path,

@@ -108,6 +108,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import NVIDIA_TOOL_DIRS, find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
@@ -119,7 +120,7 @@ MISSING_TOOL = ("%s is not installed on this node: install NVIDIA's %s (the mig-
 def tools(module):
     found = {}
     for tool, package in (("nvidia-smi", "driver utilities"), ("nvidia-mig-parted", "mig-parted")):
-        found[tool] = module.get_bin_path(tool, opt_dirs=["/usr/local/bin", "/usr/local/nvidia/bin"])
+        found[tool] = find_binary(tool, NVIDIA_TOOL_DIRS)
         if not found[tool]:
             fail(module, MISSING_TOOL % (tool, package))
     return found

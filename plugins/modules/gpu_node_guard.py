@@ -168,6 +168,7 @@ import functools
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import guards
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services import node_services
@@ -236,7 +237,7 @@ def module_signature(module, kernel):
     """(signer, what modinfo said) of the NVIDIA module installed for KERNEL; None with Secure Boot off."""
     if not module.params["secure_boot"]:
         return None
-    modinfo = module.get_bin_path("modinfo", opt_dirs=["/sbin", "/usr/sbin"])
+    modinfo = find_binary("modinfo")
     if not modinfo:
         return "", "there is no modinfo command on this node (install kmod)"
     rc, out, err = run(module, [modinfo, "-k", kernel, "-F", "signer", "nvidia"])
@@ -255,7 +256,7 @@ def release_allowed(module, candidate):
         return decide(prebuilt_available=rc == 0 and bool(out.strip())), False
     if params["module_path"] != "dkms" or not candidate or candidate == params["running_kernel"]:
         return decide(), False
-    dkms = module.get_bin_path("dkms")
+    dkms = find_binary("dkms")
     if not dkms:
         return decide(dkms_result=(127, "there is no dkms command on this node")), False
     if dkms_installed(module, dkms, candidate):

@@ -52,13 +52,14 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import NVIDIA_TOOL_DIRS, find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import gpu_sharing
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
 
 def run(module):
-    smi = module.get_bin_path("nvidia-smi", opt_dirs=["/usr/local/nvidia/bin"])
+    smi = find_binary("nvidia-smi", NVIDIA_TOOL_DIRS)
     if not smi:
         fail(module, "nvidia-smi is not installed on this node: the driver stage installs it; run it first.")
     strategy = module.params["strategy"]

@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..")]
 # conftest makes the collection importable.
 import conftest  # noqa: F401,E402  pylint: disable=unused-import
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import toml_reader  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import toml_reader  # noqa: E402
 
 RUNTIME = """\
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.r{0}]

@@ -27,6 +27,7 @@ import time
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import daemon_json as dj
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
 from ansible_collections.gpunode.nvidia.plugins.modules import docker_runtime
 
@@ -590,9 +591,9 @@ def test_the_editor_refuses_exactly_the_types_dockerd_refuses(release, tmp_path)
         out = subprocess.run([dockerd, "--validate", "--config-file", str(path)], stdout=subprocess.PIPE, check=False,
                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=60).stdout
         try:
-            dc.parse_daemon_json(path.read_text(), str(path))
+            dj.parse_daemon_json(path.read_text(), str(path))
             ours = "accepted"
-        except dc.DockerConfigError as err:
+        except dj.DockerConfigError as err:
             ours = "refused: %s" % err.reason
         if ("configuration OK" in out) != (ours == "accepted"):
             disagree.append((member, ours, out.strip().splitlines()[-1]))

@@ -25,8 +25,8 @@ import os
 import re
 from collections import OrderedDict
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import TomlError, read_toml
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
 
 HEADER_MARK = "# Managed by gpunode.nvidia (crio_runtime module)."
 HEADER = (

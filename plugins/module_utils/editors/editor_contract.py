@@ -2,7 +2,7 @@
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
 """What the three runtime editors (containerd, Docker, CRI-O) share, stated once: the default runtime
-binary, where a bare binary name is looked up, the refusal of a name or binary no daemon can use, the refusal
+binary, the refusal of a name or binary no daemon can use, the refusal
 to make a missing binary the default runtime (incident I5), the warning for a binary not installed yet, and the
 message for a bug.
 
@@ -13,32 +13,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-
 DEFAULT_BINARY = "/usr/bin/nvidia-container-runtime"
-
-# Where a runtime binary or daemon without a slash is found: the PATH systemd gives a service, which is
-# what containerd's shims, dockerd and CRI-O search.
-SEARCH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 # Where the editors' reports send the user: the README says what to include and where to send it.
 HOW_TO_REPORT = 'please report it as "Reporting a problem" in the collection\'s README.md says'
-
-
-def find_binary(name):
-    """Absolute path of an executable, or None: a bare name is looked up on PATH first (the binary the
-    caller means, e.g. a containerd unpacked beside the packaged one), then in SEARCH_DIRS."""
-    if os.sep in name:
-        return name if _executable(name) else None
-    for directory in os.environ.get("PATH", "").split(os.pathsep) + list(SEARCH_DIRS):
-        candidate = os.path.join(directory, name)
-        if directory and _executable(candidate):
-            return candidate
-    return None
-
-
-def _executable(path):
-    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def missing_binary_warning(binary, name):

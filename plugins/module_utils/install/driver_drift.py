@@ -18,7 +18,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install.package_versions import branch_of, upstream
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.package_versions import branch_of, upstream
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install.version_lock import locked_packages
 
 APT_SIMULATE = ["apt-get", "-s", "-q", "-o", "Debug::NoLocking=1", "dist-upgrade"]

@@ -33,7 +33,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.install.guards impo
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_os import (
     PlanError, apt_candidates, apt_components, distribution, kernels, mok_key, module_files, module_version,
     offline_files, read_os_release, secure_boot)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install.package_versions import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.package_versions import (
     DEB_FILE_RE, branch_of, install_command, lockstep_version, upstream, version_key)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install.secure_boot import (
     DKMS_SIGNING_CONF, SIGNING_CERT, SIGNING_CERT_PEM, SIGNING_KEY, choose_strategy, dkms_signing_conf,

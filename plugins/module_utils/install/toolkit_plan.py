@@ -18,7 +18,7 @@ __metaclass__ = type
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_os import (
     PlanError, distribution, offline_files, read_os_release)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install.package_versions import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.package_versions import (
     install_command, version_key, version_matches)
 
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",

@@ -25,7 +25,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     Node, flag_value, normalize_socket, processes, read_env_file, split_args, unit, unit_lines)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.nvidia_facts import driver, glibc, gpus, toolkit

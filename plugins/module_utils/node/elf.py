@@ -28,7 +28,7 @@ import os
 import re
 import struct
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import in_root, resolve_in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import in_root, resolve_in_root
 
 SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE

@@ -24,7 +24,7 @@ try:  # some minimal Python builds lack _lzma; .ko.xz modules are then not read
 except ImportError:
     lzma = None
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install.package_versions import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.package_versions import (
     DEB_FILE_RE, RPM_FILE_RE, version_key, version_matches)
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"

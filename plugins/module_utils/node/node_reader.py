@@ -25,7 +25,7 @@ import shlex
 import struct
 import subprocess
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import (
     in_root, resolve_in_root, unit_dropins, unit_files, unit_path)
 
 VERSION_RE = re.compile(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)")

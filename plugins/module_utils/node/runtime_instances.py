@@ -22,11 +22,11 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json import (
     DockerConfigError, parse_daemon_json)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.value_kinds import mismatch, values_at
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import TomlError, read_toml
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.value_kinds import mismatch, values_at
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     binary_version, flag_value, normalize_socket, processes, split_args, unit)
 

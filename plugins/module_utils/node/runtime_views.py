@@ -30,15 +30,15 @@ import os
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient, default_runtime_from_status, runtimes_from_status)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import walk_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.docker_config import (
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json import (
     DockerConfigError, key_line, parse_daemon_json)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import SEARCH_DIRS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import TomlError, read_toml, toml_type
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.value_kinds import mismatch, values_at
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import TomlError, read_toml, toml_type
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.value_kinds import mismatch, values_at
 
 RUNC_TYPE = "io.containerd.runc.v2"
 # Plugin ids of the CRI runtime settings, newest first: containerd 2.x (config version 3),
@@ -473,10 +473,6 @@ def binary_exists(node, binary):
     """(exists, where): BinaryName as the shim resolves it: a path, or a name on the service's PATH."""
     if not binary:
         return None, None
-    if "/" in binary:
-        return node.isfile(binary), binary
-    for directory in SEARCH_DIRS:  # a BinaryName without a slash: the shim searches its service's PATH
-        candidate = directory + "/" + binary
-        if node.isfile(candidate):
-            return True, candidate
-    return False, binary
+    # A BinaryName without a slash: the shim searches its service's PATH, not this process's.
+    found = find_binary(binary, env_path=False, usable=node.isfile)
+    return found is not None, found or binary

@@ -32,9 +32,9 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.node import discove
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import driver_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot_status as fs
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import in_root
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services.node_services import ensure_node_services
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install import package_versions
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import package_versions
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_instances
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import judge_run

@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import in_root
 
 STATUS_PATH = "/var/lib/gpunode/firstboot.json"
 CONFIG_PATH = "/etc/gpunode/firstboot.json"

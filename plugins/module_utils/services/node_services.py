@@ -31,8 +31,9 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_paths
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_paths import in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import node_paths
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import in_root
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import run_command
 
 NVIDIA_VENDOR = "0x10de"
@@ -46,7 +47,6 @@ CDI_REFRESH_UNIT = "nvidia-cdi-refresh.service"
 CDI_REFRESH_PATH_UNIT = "nvidia-cdi-refresh.path"
 CDI_SPEC = "/var/run/cdi/nvidia.yaml"
 CDI_SPEC_PATHS = (CDI_SPEC, "/etc/cdi/nvidia.yaml")
-TOOL_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin", "/sbin")
 OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
 OPERATOR_RUNTIMES = ("nvidia-cdi", "nvidia-legacy")
 OPERATOR_DROPINS = ("/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/config.d/99-nvidia.toml")
@@ -123,12 +123,9 @@ def unit_path(root, unit):
     return node_paths.unit_path(lambda path: os.path.lexists(in_root(root, path)), unit)
 
 
-def find_tool(root, name, extra_dirs=()):
-    for directory in tuple(extra_dirs) + TOOL_DIRS:
-        path = directory + "/" + name
-        if os.path.isfile(in_root(root, path)):
-            return path
-    return None
+def find_tool(root, name):
+    """The node path of a tool under ROOT (a node tree or an image being baked), searched as a service's PATH."""
+    return find_binary(name, env_path=False, usable=lambda path: os.path.isfile(in_root(root, path)))
 
 
 def version_in(text):

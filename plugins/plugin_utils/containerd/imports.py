@@ -27,7 +27,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (

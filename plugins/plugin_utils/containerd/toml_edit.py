@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover - older controllers
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.toml_reader import toml_type
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import toml_type
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 

@@ -24,6 +24,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import daemon_json as dj
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import filewrite
@@ -169,7 +170,7 @@ DOCKER_FILES = corpus("docker/*.json")
 def daemon_json(request, tmp_path):
     path = tmp_path / "daemon.json"
     write(path, with_json_secrets(read(request.param)))
-    assert S in read(path) and docker_config.parse_daemon_json(read(path), str(path))
+    assert S in read(path) and dj.parse_daemon_json(read(path), str(path))
     return path
 
 

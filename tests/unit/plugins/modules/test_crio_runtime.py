@@ -15,7 +15,7 @@ import tomlkit
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import crio_config as cc
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import toml_reader
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import toml_reader
 from ansible_collections.gpunode.nvidia.plugins.modules import crio_runtime
 from unit_paths import REPO
 

@@ -12,8 +12,9 @@ import textwrap
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import daemon_json as dj
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import dockerd_flags
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node import dockerd_flags
 from ansible_collections.gpunode.nvidia.plugins.modules import docker_runtime
 
 NCR = "/usr/bin/nvidia-container-runtime"
@@ -45,7 +46,7 @@ def edit(text, **kw):
 
 def members_text(text):
     """Top-level member name -> its exact source text, for byte comparisons."""
-    obj = dc._scan_object(text, text.index("{"))
+    obj = dj.scan_object(text, text.index("{"))
     return dict((m.key, text[m.key_start:m.value_end]) for m in obj.members)
 
 
@@ -212,7 +213,7 @@ def test_unicode_and_escapes_untouched():
     ('{"a": 1', "line 1 column 8"),
 ])
 def test_malformed_json_names_line_and_column(text, where):
-    with pytest.raises(dc.DockerConfigError) as err:
+    with pytest.raises(dj.DockerConfigError) as err:
         edit(text)
     assert "/etc/docker/daemon.json is not valid JSON" in str(err.value)
     assert where in str(err.value)
@@ -237,13 +238,13 @@ def test_structure_errors(text, expected):
     if expected is None:  # a duplicate key is only an error on the path being edited
         assert json.loads(edit(text))["runtimes"]
         text, expected = '{"runtimes": {},\n "runtimes": {}}', 'key "runtimes" appears more than once (again at'
-    with pytest.raises(dc.DockerConfigError) as err:
+    with pytest.raises(dj.DockerConfigError) as err:
         edit(text)
     assert expected in str(err.value)
 
 
 def test_duplicate_error_points_at_second_key():
-    with pytest.raises(dc.DockerConfigError) as err:
+    with pytest.raises(dj.DockerConfigError) as err:
         edit('{"runtimes": {},\n "runtimes": {}}')
     assert "line 2 column 2" in str(err.value)
 
@@ -637,9 +638,9 @@ def test_documentation_matches_argument_spec():
 @pytest.mark.parametrize("depth", [65, 100000])
 def test_deep_nesting_refused_with_position_not_recursion(depth):
     text = '{\n  "a": ' + '{"b": [' * depth + "1" + "]}" * depth + "\n}\n"
-    with pytest.raises(dc.DockerConfigError) as err:
+    with pytest.raises(dj.DockerConfigError) as err:
         edit(text)
-    assert "more than %d levels deep at line 2 column" % dc.MAX_NESTING in str(err.value)
+    assert "more than %d levels deep at line 2 column" % dj.MAX_NESTING in str(err.value)
 
 
 def test_nesting_within_the_limit_is_edited():
@@ -652,7 +653,7 @@ def test_nesting_within_the_limit_is_edited():
 def test_numbers_go_refuses_are_refused_where_they_are(number, column):
     """Python's json reads NaN and Infinity; dockerd's Go decoder refuses them and does not start."""
     text = '{\n  "max-concurrent": %s,\n  "labels": ["NaN", "Infinity"]\n}\n' % number
-    with pytest.raises(dc.DockerConfigError, match=r"%s at line 2 column %d is not a JSON number"
+    with pytest.raises(dj.DockerConfigError, match=r"%s at line 2 column %d is not a JSON number"
                        % (number.lstrip("-"), column)):
         edit(text)
 
@@ -683,7 +684,7 @@ NULLS_GO_READS = ['"hosts": [null]', '"runtimes": {"crun": null}', '"runtimes": 
 @pytest.mark.parametrize("member, reason", WRONG_TYPES)
 def test_a_value_dockerd_cannot_decode_is_refused_with_its_line(member, reason):
     text = '{\n  "log-driver": "json-file",\n  %s\n}\n' % member
-    with pytest.raises(dc.DockerConfigError) as err:
+    with pytest.raises(dj.DockerConfigError) as err:
         edit(text)
     assert err.value.line == 3 and err.value.reason == reason
     assert "/etc/docker/daemon.json line 3: " in str(err.value) and "left untouched" in str(err.value)

@@ -23,7 +23,7 @@ import node_trees  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor import rules as doctor_rules  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import toml_reader  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import toml_reader  # noqa: E402
 
 CRI = 'plugins."io.containerd.grpc.v1.cri"'
 STANDIN_BINARY = "#!/bin/sh\n# stand-in nvidia-container-runtime\nexec runc \"$@\"\n"

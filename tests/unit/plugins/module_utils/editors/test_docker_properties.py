@@ -17,6 +17,7 @@ from collections import OrderedDict
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import daemon_json as dj
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
 from unit_paths import UNIT_DIR
 
@@ -89,7 +90,7 @@ def rendered(draw, document):
     if draw(st.booleans()):
         text = text.replace("\n", "\r\n")
     if draw(st.booleans()):
-        text = dc.BOM + text
+        text = dj.BOM + text
     return text
 
 
@@ -99,7 +100,7 @@ TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
 @st.composite
 def reflowed(draw, text):
     """The same JSON with random whitespace between its tokens (a mutation of any layout)."""
-    body = text[1:] if text.startswith(dc.BOM) else text
+    body = text[1:] if text.startswith(dj.BOM) else text
     tokens = TOKEN.findall(body)
     gaps = draw(st.lists(st.sampled_from(["", "", " ", "\n", "\t", "\r\n", "  \n    ", "\n\t\t"]),
                          min_size=len(tokens) + 1, max_size=len(tokens) + 1))
@@ -128,13 +129,13 @@ def edit(text, state="present", **request):
 
 
 def parse(text):
-    return json.loads(text[1:] if text.startswith(dc.BOM) else text, object_pairs_hook=OrderedDict)
+    return json.loads(text[1:] if text.startswith(dj.BOM) else text, object_pairs_hook=OrderedDict)
 
 
 def members(text):
     """Top-level member -> its exact source text."""
-    body = text[1:] if text.startswith(dc.BOM) else text
-    obj = dc._scan_object(body, dc._skip_ws(body, 0))
+    body = text[1:] if text.startswith(dj.BOM) else text
+    obj = dj.scan_object(body, dj.skip_ws(body, 0))
     return OrderedDict((m.key, body[m.key_start:m.value_end]) for m in obj.members)
 
 
@@ -162,7 +163,7 @@ def check_present(text, data, request):
         if key not in TOUCHED:
             assert new[key] == source
     assert [k for k in new if k in old] == list(old)
-    assert out.startswith(dc.BOM) == text.startswith(dc.BOM)
+    assert out.startswith(dj.BOM) == text.startswith(dj.BOM)
     if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
         assert "\n" not in out.replace("\r\n", "")  # a CRLF file stays CRLF
     assert edit(out, **request) == out  # idempotent
@@ -216,7 +217,7 @@ def test_any_damage_is_refused_with_a_position_or_edited(damaged, request, state
     broken = text[:at] + junk + text[at + len(junk):]
     try:
         out = edit(broken, state=state, **request)
-    except dc.DockerConfigError as exc:
+    except dj.DockerConfigError as exc:
         message = str(exc)
         assert PATH in message and "untouched" in message
         return

@@ -44,26 +44,3 @@ def test_the_bug_message_names_file_kind_and_place_never_content_and_says_how_to
                               "gpunode.nvidia.docker_runtime; nothing was written. This is a bug")
     assert contract.HOW_TO_REPORT in message
     assert "checked edit was written" in contract.bug_message("containerd_runtime", "/x", "E", written=True)
-
-
-def test_a_bare_name_is_found_on_path_first_then_where_a_service_finds_it(tmp_path, monkeypatch):
-    first, second = tmp_path / "first", tmp_path / "second"
-    for directory in (first, second):
-        directory.mkdir()
-        (directory / "containerd").write_text("#!/bin/sh\n")
-        (directory / "containerd").chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (first, second))
-    assert contract.find_binary("containerd") == str(first / "containerd")
-    monkeypatch.setattr(contract, "SEARCH_DIRS", (str(second),))
-    monkeypatch.setenv("PATH", "")
-    assert contract.find_binary("containerd") == str(second / "containerd")
-    assert contract.find_binary("no-such-binary") is None
-
-
-def test_a_path_must_be_an_executable_file(tmp_path):
-    script = tmp_path / "runtime"
-    script.write_text("#!/bin/sh\n")
-    assert contract.find_binary(str(script)) is None
-    script.chmod(0o755)
-    assert contract.find_binary(str(script)) == str(script)
-    assert contract.find_binary(str(tmp_path)) is None

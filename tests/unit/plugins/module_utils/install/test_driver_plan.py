@@ -14,7 +14,7 @@ import yaml
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import driver_plan as dp
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_os
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install import package_versions
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import package_versions
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import toolkit_plan
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import Node
 from ansible_collections.gpunode.nvidia.plugins.modules import gpu_install_plan as module

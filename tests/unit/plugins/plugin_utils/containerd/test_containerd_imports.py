@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import goglob
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import ConfigError
 

@@ -7,7 +7,7 @@ from unit_paths import UNIT_DIR
 sys.path.insert(0, UNIT_DIR)
 from node_trees import NodeTree  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_paths  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import node_paths  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader  # noqa: E402
 

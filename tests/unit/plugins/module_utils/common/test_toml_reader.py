@@ -1,4 +1,4 @@
-"""The node-side TOML reader (module_utils.editors.toml_reader) on values TOML refuses, and on any document against tomllib.
+"""The node-side TOML reader (module_utils.common.toml_reader) on values TOML refuses, and on any document against tomllib.
 
 On a node without tomllib (Python before 3.11) the small reader is the only parser: a value it cannot
 turn into Python must be a TomlError with its line, never another exception.
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import toml_reader
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common import toml_reader
 
 
 @pytest.mark.parametrize("value", [
