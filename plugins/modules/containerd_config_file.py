@@ -104,41 +104,9 @@ options:
     description: Mode of a file that does not exist yet. An existing file keeps its mode.
     type: raw
     default: "0644"
-  lock:
-    description:
-      - Take the node lock before anything else, as M(gpunode.nvidia.node_lock) does (same lease file,
-        owner and waiting), and give it back before the call returns, unless O(keep_lock=true).
-      - A failing call always gives back a lock it took. A lock its owner held before the call is left held.
-    type: dict
-    suboptions:
-      path:
-        description: The lock file.
-        type: path
-        default: /run/lock/gpunode-nvidia.lock
-      owner:
-        description: Who takes the lock (one name per run).
-        type: str
-        required: true
-      timeout:
-        description: Seconds to wait for another owner's lock; then the call fails naming the holder.
-        type: int
-        default: 600
-      stale_after:
-        description:
-          - Seconds without a sign of life from another owner after which its lock is taken over. Signs of life
-            are its module calls that hold the lock, and a keeper process those calls leave on the node, which
-            vouches for the owner while its connection lives (for SSH, while a task of it runs). See
-            M(gpunode.nvidia.node_lock).
-        type: int
-        default: 90
-  keep_lock:
-    description:
-      - With O(lock), keep holding the lock when the call succeeds (RV(lock_held)), for a write and a restart
-        that follow; give it back later with O(gpunode.nvidia.node_lock#module:state=released).
-    type: bool
-    default: false
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
+  - gpunode.nvidia.node_lock.one_call
 attributes:
   check_mode:
     support: partial

@@ -138,6 +138,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import DEFAULT_SOCKETS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
     CRIClient,
     default_runtime_from_status,
@@ -195,7 +196,7 @@ def summarise(version, status):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            socket=dict(type="str", default="/run/containerd/containerd.sock"),
+            socket=dict(type="str", default=DEFAULT_SOCKETS["containerd"]),
             timeout=dict(type="float", default=10),
             wait_ready=dict(type="int", default=0),
         ),

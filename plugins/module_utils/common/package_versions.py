@@ -80,8 +80,10 @@ def upstream(version):
 
 
 def branch_of(version):
-    """The driver branch ('535') of a driver version, or None."""
-    match = re.match(r"^(\d{3,})\.", upstream(version) or "")
+    """The driver branch of a driver version: its first component ('580' from '580.95.05', '1:580.95.05-1' or
+    'v580.95.05'), or None for no version and for other products' versions (the toolkit's '1.17.8-1': a
+    branch has three digits or more)."""
+    match = re.match(r"^v?(\d{3,})(?:\.|$)", upstream(version) or "")
     return match.group(1) if match else None
 
 

@@ -24,11 +24,12 @@ __metaclass__ = type
 import json
 import time
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import DEFAULT_SOCKETS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import (
     DEADLINE_EXCEEDED, DEFAULT_TIMEOUT, INTERNAL, CRIError, grpc_unary)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.protobuf_wire import decode_message, encode_message
 
-DEFAULT_SOCKET = "/run/containerd/containerd.sock"
+DEFAULT_SOCKET = DEFAULT_SOCKETS["containerd"]  # the client's address when none is given
 RUNTIME_SERVICE = "runtime.v1.RuntimeService"
 IMAGE_SERVICE = "runtime.v1.ImageService"
 

@@ -17,11 +17,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import DEFAULT_SOCKETS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import node_reader
 
 # Fixes name the playbook as an installed collection runs it (ansible-playbook gpunode.nvidia.site).
 PLAYBOOK = "gpunode.nvidia.site"
-DEFAULT_SOCKETS = ("/run/containerd/containerd.sock",)
 DEFAULT_CONFIGS = ("/etc/containerd/config.toml",)
 BUNDLED_CONTAINERD = ("k3s", "rke2", "k0s", "microk8s", "k8s-snap")
 
@@ -162,7 +162,7 @@ def operator_values(instance):
     if instance["kind"] != "containerd":
         return None
     config = instance.get("edit_path") or instance["config_path"]
-    if config in DEFAULT_CONFIGS and node_reader.normalize_socket(instance["socket"]) in DEFAULT_SOCKETS:
+    if config in DEFAULT_CONFIGS and node_reader.normalize_socket(instance["socket"]) == DEFAULT_SOCKETS["containerd"]:
         return None
     env = [{"name": "CONTAINERD_CONFIG", "value": config},
            {"name": "CONTAINERD_SOCKET", "value": instance["socket"]}]

@@ -20,7 +20,7 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.context import (
     describe, finding, instance_evidence, kubelet_evidence, manual_fix, note)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import CRI_DISABLE_NAMES
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import CRI_DISABLE_NAMES
 
 try:
     from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain

@@ -18,7 +18,8 @@ __metaclass__ = type
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.context import (
     describe, finding, instance_evidence, kubelet_evidence, manual_fix, note, runtime_instances, site_fix)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import CRI_DISABLE_NAMES, binary_exists
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import CRI_DISABLE_NAMES
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import binary_exists
 
 # Where the toolkit's runtime binary is installed: its packages, and the GPU operator's toolkit container.
 TOOLKIT_RUNTIME_BINARIES = ("/usr/bin/nvidia-container-runtime", "/usr/local/nvidia/toolkit/nvidia-container-runtime")

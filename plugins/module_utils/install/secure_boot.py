@@ -27,14 +27,10 @@ __metaclass__ = type
 
 import base64
 import binascii
-import gzip
 import re
 import struct
 
-try:
-    import lzma
-except ImportError:  # Python 2.7 nodes: .xz modules are reported as unknown
-    lzma = None
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_os import read_module
 
 STRATEGIES = ("auto", "precompiled", "dkms_sign", "refuse")
 SIGNING_DIR = "/var/lib/gpunode/secure-boot"
@@ -47,6 +43,8 @@ DKMS_TREE = "/var/lib/dkms"
 MOK_GUID = "605dab50-e046-4300-abb6-3dd810dd8b23"
 MOK_NEW = "/sys/firmware/efi/efivars/MokNew-" + MOK_GUID
 MODULE_SIGNATURE = b"~Module signature appended~\n"
+# An uncompressed module is read from its last MiB only: the signature is appended at its end.
+SIGNATURE_READ_TAIL = 1024 * 1024
 # /proc/sys/kernel/tainted bit 13 ('E'): an unsigned module was loaded (only possible without enforcement).
 TAINT_UNSIGNED_MODULE = 1 << 13
 SIMULATED_KERNEL = re.compile(r"^Inst linux-image-(?:unsigned-)?(\d[^\s]*)\s", re.MULTILINE)
@@ -114,12 +112,12 @@ def dkms_builds_to_sign(node, kernels, certificate_serial=None):
 
 
 def _needs_signing(local_path, certificate_serial):
-    signed = module_file_signed(local_path)
+    signed, signer_serial = file_signature(local_path)
     if signed is None:
         return False
     if not signed:
         return True
-    return certificate_serial is not None and module_signer_serial(local_path) != certificate_serial
+    return certificate_serial is not None and signer_serial != certificate_serial
 
 
 def _der(data, pos):
@@ -163,16 +161,36 @@ def certificate_serial(pem_text):
         return None
 
 
+def file_signature(local_path):
+    """(signed, signer serial) of a module file, read once: signed is None when the file cannot be read and
+    False when no signature is appended; the serial (bytes) is that of the certificate whose key signed it
+    (PKCS#7 issuerAndSerialNumber, as the kernel's sign-file writes it), None when unsigned, signed otherwise
+    or unreadable."""
+    data = read_module(local_path, tail=SIGNATURE_READ_TAIL)
+    if data is None:
+        return None, None
+    if not data.endswith(MODULE_SIGNATURE):
+        return False, None
+    return True, _signer_serial(data)
+
+
+def module_file_signed(local_path):
+    """Whether a module file carries an appended signature (plain, .xz or .gz); None when unreadable."""
+    return file_signature(local_path)[0]
+
+
 def module_signer_serial(local_path):
-    """Serial number (bytes) of the certificate whose key signed a module (PKCS#7 issuerAndSerialNumber, as
-    the kernel's sign-file writes it), None when unsigned, signed otherwise or unreadable."""
-    data = _module_bytes(local_path)
-    if not data or not data.endswith(MODULE_SIGNATURE):
-        return None
+    """Serial number (bytes) of the certificate whose key signed a module file, None when unsigned, signed
+    otherwise or unreadable."""
+    return file_signature(local_path)[1]
+
+
+def _signer_serial(data):
+    """The signer's certificate serial from a module's appended signature, None when it names none."""
     trailer = data[-len(MODULE_SIGNATURE) - 12:-len(MODULE_SIGNATURE)]  # struct module_signature
-    sig_len = struct.unpack(">I", trailer[8:12])[0]
-    signature = data[-len(MODULE_SIGNATURE) - 12 - sig_len:-len(MODULE_SIGNATURE) - 12]
-    try:
+    try:  # a trailer too short for its length field is a signature that names no signer
+        sig_len = struct.unpack(">I", trailer[8:12])[0]
+        signature = data[-len(MODULE_SIGNATURE) - 12 - sig_len:-len(MODULE_SIGNATURE) - 12]
         _tag, start, end = _der(signature, 0)                          # ContentInfo
         _oid, (_tag, start, end) = _children(signature, start, end)[:2]
         _tag, start, end = _der(signature, start)                      # SignedData
@@ -183,26 +201,7 @@ def module_signer_serial(local_path):
             return None
         serial = _children(signature, sid[1], sid[2])[1]
         return signature[serial[1]:serial[2]]
-    except (IndexError, ValueError, TypeError):
-        return None
-
-
-def _module_bytes(local_path):
-    """The module's bytes (decompressed), or its last 1 MiB when plain (the signature is at the end)."""
-    try:
-        if local_path.endswith(".xz"):
-            if lzma is None:
-                return None
-            with lzma.open(local_path) as handle:
-                return handle.read()
-        if local_path.endswith(".gz"):
-            with gzip.open(local_path) as handle:
-                return handle.read()
-        with open(local_path, "rb") as handle:
-            handle.seek(0, 2)
-            handle.seek(max(0, handle.tell() - 1024 * 1024))
-            return handle.read()
-    except Exception:  # unreadable or corrupt module: unknown
+    except (IndexError, ValueError, TypeError, struct.error):
         return None
 
 
@@ -230,9 +229,3 @@ def loaded_module_signature(signer_text, tainted_text):
         tainted = 0
     unsigned_loaded = bool(tainted & TAINT_UNSIGNED_MODULE)
     return {"signed": bool(signer) and not unsigned_loaded, "signer": signer, "unsigned_loaded": unsigned_loaded}
-
-
-def module_file_signed(local_path):
-    """Whether a module file carries an appended signature (plain, .xz or .gz); None when unreadable."""
-    data = _module_bytes(local_path)
-    return None if data is None else data.endswith(MODULE_SIGNATURE)

@@ -43,6 +43,8 @@ __metaclass__ = type
 import datetime
 import re
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.package_versions import branch_of
+
 TABLE_DATE = "2026-11-29"
 TOOLKIT = "nvidia-container-toolkit"
 DRIVER = "nvidia-driver"
@@ -107,12 +109,6 @@ def is_below(version, minimum):
     if key[:len(floor)] == floor and prerelease:
         return not prerelease.startswith("ds")
     return key < floor
-
-
-def branch_of(version):
-    """'535' from '535.261.03'; None when there is no version."""
-    key = version_key(version)
-    return str(key[0]) if key else None
 
 
 def rows_for(product, version):

@@ -19,6 +19,21 @@ __metaclass__ = type
 import posixpath
 import re
 
+# The CRI plugin's ids (field guide §2): `cri` in a version 1 file; io.containerd.grpc.v1.cri for containerd 1.x
+# reading version 2; io.containerd.cri.v1.runtime and io.containerd.cri.v1.images for 2.x (versions 3 and 4).
+CRI_V1 = "cri"
+CRI_V2 = "io.containerd.grpc.v1.cri"
+CRI_V3_RUNTIME = "io.containerd.cri.v1.runtime"
+CRI_V3_IMAGES = "io.containerd.cri.v1.images"
+# The plugin that holds the runtime settings, by config version.
+CRI_RUNTIME_PLUGIN = {1: CRI_V1, 2: CRI_V2, 3: CRI_V3_RUNTIME, 4: CRI_V3_RUNTIME}
+# containerd 1.x's one CRI plugin, under its two names.
+CRI_1X_PLUGINS = (CRI_V1, CRI_V2)
+# The runtime plugin under each name it has had, oldest first: the names `config dump` shows it under.
+CRI_RUNTIME_PLUGINS = CRI_1X_PLUGINS + (CRI_V3_RUNTIME,)
+# Any of these in disabled_plugins leaves kubelet without CRI.
+CRI_DISABLE_NAMES = CRI_RUNTIME_PLUGINS + (CRI_V3_IMAGES,)
+
 
 class Semantics(object):
     """How a containerd version resolves and merges imports."""

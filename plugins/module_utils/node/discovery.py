@@ -30,12 +30,12 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader im
     Node, flag_value, normalize_socket, processes, read_env_file, split_args, unit, unit_lines)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.nvidia_facts import driver, glibc, gpus, toolkit
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_instances import (
-    DEFAULT_DOCKER_SOCKET, K0S_SOCKET, K3S_SOCKET, K8S_SNAP_ARGS, MICROK8S_COMMON, MICROK8S_DATA, microk8s_args,
-    runtimes)
+    K8S_SNAP_ARGS, MICROK8S_DATA, microk8s_args, runtimes)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import (
+    DEFAULT_SOCKETS, KUBELET_DEFAULT_ENDPOINT, PLATFORM_CONTAINERD_SOCKETS)
 
 SECTIONS = ("gpus", "driver", "toolkit", "glibc", "runtimes", "kubelet", "target")
 
-KUBELET_DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 YAML_OR_JSON_KEY = r"""^\s*"?%s"?\s*:\s*["']?([^"'\s,}#]+)"""
 
 
@@ -189,10 +189,9 @@ def _config_key(text, key):
 
 def _apply_default_endpoint(facts):
     if facts["legacy_container_runtime"] == "docker":
-        facts.update(endpoint="unix://" + DEFAULT_DOCKER_SOCKET, endpoint_source="legacy-dockershim")
+        facts.update(endpoint="unix://" + DEFAULT_SOCKETS["docker"], endpoint_source="legacy-dockershim")
         return
-    platform_default = {"k3s": K3S_SOCKET, "rke2": K3S_SOCKET, "k0s": K0S_SOCKET,
-                        "microk8s": MICROK8S_COMMON + "/run/containerd.sock"}.get(facts["platform"])
+    platform_default = PLATFORM_CONTAINERD_SOCKETS.get(facts["platform"])
     if platform_default:
         facts.update(endpoint="unix://" + platform_default, endpoint_source="platform-default")
     else:

@@ -31,6 +31,8 @@ EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 RHEL_IDS = ("rhel", "centos", "rocky", "almalinux", "ol")
 MODULE_FILE_RE = re.compile(r"^nvidia(-current)?(-open)?\.ko(\.xz|\.zst|\.gz)?$")
+# How much of a module is read for its .modinfo `version=`.
+MODINFO_READ_LIMIT = 64 * 1024 * 1024
 
 
 class PlanError(ValueError):
@@ -108,23 +110,28 @@ def module_files(node, kernel_list):
     return sorted(found)
 
 
-def module_version(local_path):
-    """The `version=` of a kernel module's .modinfo (plain, .xz or .gz), as modinfo shows it."""
+def read_module(local_path, head=None, tail=None):
+    """A kernel module file's bytes, decompressed (.xz, .gz; any other name is read as it is), or None when it
+    cannot be read (missing, unreadable, corrupt, .xz without lzma): never a failed plan or rule. HEAD: at most
+    that many bytes from the start. TAIL: of an uncompressed file, only its last TAIL bytes (the signature is at
+    the end; a compressed stream is read from its start)."""
     if local_path.endswith(".xz") and lzma is None:
         return None
+    opener = lzma.open if local_path.endswith(".xz") else gzip.open if local_path.endswith(".gz") else open
     try:
-        if local_path.endswith(".xz"):
-            with lzma.open(local_path) as handle:
-                data = handle.read(64 * 1024 * 1024)
-        elif local_path.endswith(".gz"):
-            with gzip.open(local_path) as handle:
-                data = handle.read(64 * 1024 * 1024)
-        else:
-            with open(local_path, "rb") as handle:
-                data = handle.read(64 * 1024 * 1024)
-    except Exception:  # unreadable or corrupt (compressed) module: no version, never a failed plan
+        with opener(local_path, "rb") as handle:
+            if tail and opener is open:
+                handle.seek(0, 2)
+                handle.seek(max(0, handle.tell() - tail))
+            return handle.read(head or -1)
+    except Exception:  # unreadable or corrupt (compressed) module: unknown
         return None
-    match = re.search(br"(?:^|\0)version=(\d+\.\d+(?:\.\d+)?)\0", data)
+
+
+def module_version(local_path):
+    """The `version=` of a kernel module's .modinfo (plain, .xz or .gz), as modinfo shows it."""
+    data = read_module(local_path, head=MODINFO_READ_LIMIT)
+    match = re.search(br"(?:^|\0)version=(\d+\.\d+(?:\.\d+)?)\0", data or b"")
     return match.group(1).decode("ascii") if match else None
 
 

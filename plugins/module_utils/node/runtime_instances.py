@@ -27,19 +27,16 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import TomlError, read_toml
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.value_kinds import mismatch, values_at
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import (
+    CRI_DOCKERD_SOCKET, DEFAULT_SOCKETS, PLATFORM_CONTAINERD_SOCKETS)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import (
     binary_version, flag_value, normalize_socket, processes, split_args, unit)
 
-DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
-DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
-DEFAULT_CRIO_SOCKET = "/var/run/crio/crio.sock"
 MICROK8S_DATA = "/var/snap/microk8s/current"
 MICROK8S_COMMON = "/var/snap/microk8s/common"
 K8S_SNAP_ARGS = "/var/snap/k8s/common/args"
 RANCHER = {"k3s": "/var/lib/rancher/k3s", "rke2": "/var/lib/rancher/rke2"}
-K3S_SOCKET = "/run/k3s/containerd/containerd.sock"
-K0S_SOCKET = "/run/k0s/containerd.sock"
 RUNTIME_PACKAGES = {"containerd": ("containerd", "containerd.io"),
                     "dockerd": ("docker.io", "docker-ce", "moby-engine", "docker"),
                     "crio": ("cri-o",)}
@@ -105,7 +102,7 @@ def containerd_instance(node, argv, platform, defaults=None):
     text = node.read(config)
     settings, error = containerd_settings(text)
     socket = (flag_value(argv, ("--address", "-a")) or settings["address"]
-              or defaults.get("socket") or DEFAULT_CONTAINERD_SOCKET)
+              or defaults.get("socket") or DEFAULT_SOCKETS["containerd"])
     instance = new_instance(
         "containerd", platform, socket=socket, config_path=config, config_exists=text is not None,
         config_version=settings["version"], imports=settings["imports"],
@@ -247,7 +244,7 @@ def microk8s_args(node, name, snap_data=MICROK8S_DATA):
 
 def rancher_defaults(name, argv=None):
     data_dir = flag_value(argv or [], ("--data-dir", "-d")) or RANCHER[name]
-    return {"config": data_dir + "/agent/etc/containerd/config.toml", "socket": K3S_SOCKET,
+    return {"config": data_dir + "/agent/etc/containerd/config.toml", "socket": PLATFORM_CONTAINERD_SOCKETS[name],
             "binary": data_dir + "/data/current/bin/containerd"}
 
 
@@ -291,7 +288,7 @@ def unit_instances(node, distro):
     if svc or node.exists(MICROK8S_DATA + "/args/containerd"):
         instance = containerd_instance(node, microk8s_args(node, "containerd"), "microk8s",
                                        {"config": MICROK8S_DATA + "/args/containerd.toml",
-                                        "socket": MICROK8S_COMMON + "/run/containerd.sock",
+                                        "socket": PLATFORM_CONTAINERD_SOCKETS["microk8s"],
                                         "binary": "/snap/microk8s/current/bin/containerd"})
         found.append(_with_unit(instance, svc or {"name": "snap.microk8s.daemon-containerd.service"}))
     for name in ("k3s", "rke2"):
@@ -305,7 +302,7 @@ def unit_instances(node, distro):
         if svc and (svc_name == "k0sworker.service" or
                     set(svc["exec_argv"]) & set(("--enable-worker", "--single"))):
             found.append(_with_unit(containerd_instance(
-                node, [], "k0s", {"config": "/etc/k0s/containerd.toml", "socket": K0S_SOCKET,
+                node, [], "k0s", {"config": "/etc/k0s/containerd.toml", "socket": PLATFORM_CONTAINERD_SOCKETS["k0s"],
                                   "binary": "/var/lib/k0s/bin/containerd"}), svc))
     svc = unit(node, "docker.service")
     if svc:
@@ -342,8 +339,8 @@ def docker_instance(node, argv):
     socket = next((h for h in hosts if h and h.startswith("unix://")), None)
     if socket is None and any(h and h.startswith("fd://") for h in hosts):
         svc = unit(node, "docker.socket")
-        socket = svc["listen"] if svc and svc["listen"] else DEFAULT_DOCKER_SOCKET
-    instance = new_instance("docker", "docker", socket=(socket or DEFAULT_DOCKER_SOCKET).replace("unix://", ""),
+        socket = svc["listen"] if svc and svc["listen"] else DEFAULT_SOCKETS["docker"]
+    instance = new_instance("docker", "docker", socket=(socket or DEFAULT_SOCKETS["docker"]).replace("unix://", ""),
                             config_path=config, config_exists=text is not None, edit_path=config,
                             binary="/usr/bin/dockerd")
     instance["containerd_socket"] = flag_value(argv, ("--containerd",)) or data.get("containerd")
@@ -367,7 +364,7 @@ def crio_instance(node, argv):
     texts = [node.read(config)] + [node.read(p) for p in walk_files(dropins, node.listdir, node.isdir)]
     for text in texts:  # drop-ins in name order override the main file
         socket = _crio_listen(text) or socket
-    return new_instance("crio", "crio", socket=socket or DEFAULT_CRIO_SOCKET, config_path=config,
+    return new_instance("crio", "crio", socket=socket or DEFAULT_SOCKETS["crio"], config_path=config,
                         config_exists=texts[0] is not None, dropin_dir=dropins, edit_path=dropins,
                         edit_mode="dropin", binary="/usr/bin/crio")
 
@@ -394,7 +391,7 @@ def cri_dockerd_socket(node, procs):
         if svc and svc["listen"]:
             return svc["listen"]
     if any(p["name"] == "cri-dockerd" for p in procs) or unit(node, "cri-docker.service"):
-        return "/run/cri-dockerd.sock"
+        return CRI_DOCKERD_SOCKET
     return None
 
 

@@ -33,7 +33,8 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.client import (
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
+    CRI_RUNTIME_PLUGINS, CRI_V1, CRI_V2, Semantics)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json import (
     DockerConfigError, key_line, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
@@ -43,12 +44,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.common.value_kinds 
 RUNC_TYPE = "io.containerd.runc.v2"
 # Plugin ids of the CRI runtime settings, newest first: containerd 2.x (config version 3),
 # then 1.x/2.x reading version 2, then version 1's short name.
-CRI_V3_RUNTIME = "io.containerd.cri.v1.runtime"
-CRI_V2 = "io.containerd.grpc.v1.cri"
-CRI_V1 = "cri"
-CRI_PLUGIN_IDS = (CRI_V3_RUNTIME, CRI_V2, CRI_V1)
-# Any of these in disabled_plugins leaves kubelet without CRI.
-CRI_DISABLE_NAMES = (CRI_V1, CRI_V2, CRI_V3_RUNTIME, "io.containerd.cri.v1.images")
+CRI_PLUGIN_IDS = tuple(reversed(CRI_RUNTIME_PLUGINS))
 DOCKER_BUILTIN = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
 CRIO_BUILTIN = ("runc", "crun")
 

@@ -33,9 +33,9 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.install import driv
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services import firstboot_status as fs
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import in_root
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import DEFAULT_SOCKETS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.services.node_services import ensure_node_services
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common import package_versions
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_instances
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import judge_run
 
@@ -171,9 +171,7 @@ def resolve_target(facts, config):
     if engine not in ("containerd", "crio", "docker"):
         raise StepFailed("check", "cannot tell which container runtime kubelet will use: %s; set engine and "
                          "socket in %s" % (facts.get("target_reason") or "no runtime found", fs.CONFIG_PATH))
-    socket = config["socket"] or (target.get("kind") == engine and target.get("socket")) or {
-        "containerd": cri.DEFAULT_SOCKET, "crio": runtime_instances.DEFAULT_CRIO_SOCKET,
-        "docker": runtime_instances.DEFAULT_DOCKER_SOCKET}[engine]
+    socket = config["socket"] or (target.get("kind") == engine and target.get("socket")) or DEFAULT_SOCKETS[engine]
     return engine, http2_grpc.socket_path(socket), target.get("binary") if target.get("kind") == engine else None
 
 

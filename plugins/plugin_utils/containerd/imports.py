@@ -28,13 +28,10 @@ import json
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import Semantics
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import CRI_1X_PLUGINS, Semantics
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
     CRI_DUMP_PLUGINS, ConfigError, get_path, parse)
-
-# The CRI plugin ids of containerd 1.x (one plugin, version 1 and 2 names).
-CRI_1X_PLUGINS = ("cri", "io.containerd.grpc.v1.cri")
 
 
 class ConfigFile(object):

@@ -41,24 +41,21 @@ try:  # Python 3.11+: the standard parser, with precise error positions
 except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
+    CRI_DISABLE_NAMES, CRI_RUNTIME_PLUGIN, CRI_RUNTIME_PLUGINS, CRI_V3_RUNTIME)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import toml_type
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_layout import (
     MAX_NESTING, Layout, ScanError, nesting_too_deep)
 
-# The CRI runtime plugin's table, by config version (field guide §2).
-CRI_PLUGIN = {
-    1: ("plugins", "cri"),
-    2: ("plugins", "io.containerd.grpc.v1.cri"),
-    3: ("plugins", "io.containerd.cri.v1.runtime"),
-    4: ("plugins", "io.containerd.cri.v1.runtime"),
-}
-CRI_V1_RUNTIME = ("plugins", "io.containerd.cri.v1.runtime")
+# The CRI runtime plugin's table, by config version (field guide §2; the ids: node/containerd_semantics.py).
+CRI_PLUGIN = dict((version, ("plugins", plugin)) for version, plugin in CRI_RUNTIME_PLUGIN.items())
+CRI_V1_RUNTIME = ("plugins", CRI_V3_RUNTIME)
 # Names under which `disabled_plugins` turns the CRI plugin off.
-CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images")
+CRI_PLUGIN_IDS = CRI_DISABLE_NAMES
 # The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
-CRI_DUMP_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+CRI_DUMP_PLUGINS = CRI_RUNTIME_PLUGINS
 RUNC_TYPE = "io.containerd.runc.v2"
 # Shims that run the OCI runtime binary named in options.BinaryName (or, for the 1.x v1 shim, options.Runtime).
 RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1")
