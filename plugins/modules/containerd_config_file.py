@@ -104,9 +104,15 @@ options:
     description: Mode of a file that does not exist yet. An existing file keeps its mode.
     type: raw
     default: "0644"
+  keep_lock:
+    description:
+      - With O(lock), keep holding the lock when the call succeeds (RV(lock_held)), for a write and a restart
+        that follow; give it back later with O(gpunode.nvidia.node_lock#module:state=released).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - gpunode.nvidia.attributes
-  - gpunode.nvidia.node_lock.one_call
+  - gpunode.nvidia.node_lock
 attributes:
   check_mode:
     support: partial
@@ -179,7 +185,8 @@ backup_file:
   returned: when a backup was made
   type: str
 lock_held:
-  description: Whether the owner of O(lock) holds the node lock after the call.
+  description: Whether the owner of O(lock) holds the node lock after the call (true with O(keep_lock=true) when the
+    call succeeded, and when the owner held it before the call).
   returned: when O(lock) was given
   type: bool
 lock_waited:

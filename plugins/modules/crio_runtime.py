@@ -144,7 +144,8 @@ replaced_foreign_file:
   returned: always
   type: bool
 lock_held:
-  description: Whether the owner of O(lock) holds the node lock after the task (true when the file was written).
+  description: Whether the owner of O(lock) holds the node lock after the task (true when the file was written, not in
+    check mode).
   returned: when O(lock) was given
   type: bool
 lock_waited:

@@ -205,7 +205,8 @@ dockerd_version:
   returned: always
   type: str
 lock_held:
-  description: Whether the owner of O(lock) holds the node lock after the task (true when the file was written).
+  description: Whether the owner of O(lock) holds the node lock after the task (true when the file was written, not in
+    check mode).
   returned: when O(lock) was given
   type: bool
 lock_waited:

@@ -64,8 +64,7 @@ def test_every_room_has_a_floor_in_the_readme():
 
 def test_every_import_between_rooms_points_down_a_floor():
     floor = floors()
-    wrong = ["%s:%d: %s/ (floor %d) imports %s/ (floor %d)" % (path, line, source, floor[source], target,
-                                                                 floor[target])
+    wrong = ["%s:%d: %s/ (floor %d) imports %s/ (floor %d)" % (path, line, source, floor[source], target, floor[target])
              for path, line, source, target in arrows() if floor[target] >= floor[source]]
     assert not wrong, "imports that run up or sideways (see plugins/module_utils/README.md):\n" + "\n".join(wrong)
 
