@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import protobuf_wire
@@ -74,14 +75,8 @@ def run_command(argv, timeout, env=None):
 
 
 def which(name, extra_dirs=()):
-    """Path of NAME on PATH (plus the usual sbin dirs and EXTRA_DIRS), or None."""
-    dirs = list(extra_dirs) + os.environ.get("PATH", "").split(os.pathsep) + [
-        "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-    for directory in dirs:
-        candidate = os.path.join(directory, name)
-        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    """Path of NAME (EXTRA_DIRS, then PATH, then a service's PATH), or None: the collection's one lookup."""
+    return find_binary(name, extra_dirs)
 
 
 # --- node facts ------------------------------------------------------------------------------

@@ -15,17 +15,12 @@ __metaclass__ = type
 from collections import namedtuple
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import socket_path
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_instances
+from ansible_collections.gpunode.nvidia.plugins.module_utils.common.runtime_sockets import DEFAULT_SOCKETS
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.node_reader import normalize_socket
 
 ENGINES = ("containerd", "crio", "docker")
 FACT_SECTIONS = ("gpus", "driver", "toolkit")
 TARGET_SECTIONS = ("runtimes", "kubelet", "target")
-DEFAULT_SOCKETS = {
-    "containerd": runtime_instances.DEFAULT_CONTAINERD_SOCKET,
-    "crio": runtime_instances.DEFAULT_CRIO_SOCKET,
-    "docker": runtime_instances.DEFAULT_DOCKER_SOCKET,
-}
 
 # service and binary are None unless the socket is the discovered target's.
 RuntimeTarget = namedtuple("RuntimeTarget", "engine socket config_path service binary")

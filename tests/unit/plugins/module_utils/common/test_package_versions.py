@@ -23,5 +23,6 @@ def test_the_security_table_and_the_plans_read_the_same_branch():
         if row["product"] == sm.DRIVER:
             assert branch_of(row["version"]) == row["branch"]
     assert sm.shortfall(sm.DRIVER, "1:535.216.01-1")["branch"] == "535"
-    assert "R550 has no row" in sm.unknown_branch("550.54.15-1")
-    assert sm.unknown_branch("1.17.8") is None  # a toolkit version names no driver branch
+    assert "Driver branch R550 is in neither" in sm.unknown_branch("550.54.15-1", sm.TABLE_DATE)
+    assert sm.unknown_branch("1.17.8", sm.TABLE_DATE) is None  # a toolkit version names no driver branch
+    assert sm.lifecycle(branch_of("1:580.95.05-1"))["branch"] == "580"
