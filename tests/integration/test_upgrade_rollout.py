@@ -186,6 +186,21 @@ def test_a_budget_that_never_allows_eviction_fails_the_node_and_stops_the_rollou
         assert all(rollout.state(host) == "upgrade-done" for host in rollout.hosts)
 
 
+def test_a_rollout_stopped_by_a_node_failed_earlier_exits_non_zero_naming_each_node_not_upgraded(tmp_path):
+    failed = Node("gpu-1", labels={STATE: "upgrade-failed"})
+    failed.unschedulable = True
+    with KubeApiStandin([failed, Node("gpu-2")], pod_seconds=0.2) as api:
+        rollout = Rollout(tmp_path, api, ["gpu-1", "gpu-2"])
+        rc, output = rollout.run()
+        assert rc == 2, output
+        assert ("2 of 2 host(s) not upgraded: gpu-1: the node is upgrade-failed from an earlier run: it stays "
+                "cordoned and stops the rollout; retry it with gpunode_upgrade_retry_failed=true once its cause is "
+                "fixed; gpu-2: not started: the rollout stopped: gpu-1 is upgrade-failed") in output, output
+        assert rollout.log() == [] and not rollout.unschedulable("gpu-2")
+        assert [r for r in api.write_requests if "/nodes/" in r[2]] == [], api.write_requests
+        report_peak(api, "rollout stopped by an earlier failure", 1)
+
+
 def test_sigkill_mid_rollout_then_a_rerun_finishes_without_redoing_done_nodes(tmp_path):
     with KubeApiStandin(gpu_nodes(6), pod_seconds=0.2) as api:
         hosts = ["gpu-%d" % i for i in range(1, 7)]
