@@ -36,6 +36,10 @@ REGISTRY_AUTH = """
 """ % SECRET
 
 
+# The summary of the dry run on the fresh node, which the real run after it must bear out.
+PREDICTED = {}
+
+
 class Run(object):
     """One ansible-playbook run of site.yml: its exit code, output, report (JSON callback) and summary."""
 
@@ -155,9 +159,17 @@ def test_check_on_a_fresh_node_shows_the_edit_and_changes_nothing(node, workdir)
     assert node_state(node) == before  # file, containerd's start, /etc/containerd, /etc and /run/lock unchanged
     edit = host.result_of("Configure the runtime in containerd's config")
     assert edit["changed"] and "runtimes.nvidia" in edit["diff"][0]["after"]
-    assert "Apply containerd config" not in [name for name, _result in host.tasks() if not _result.get("skipped")]
+    # The restart handler was notified as in a real run, and only recorded what a real run would restart.
+    predicted = [result for name, result in host.tasks() if name.startswith("Record what a real run would restart")]
+    assert [result["ansible_facts"]["container_runtime_restart_predicted"]["method"] for result in predicted] == [
+        "restart"]
+    assert "Restart containerd" not in [name for name, _result in host.tasks()]
     assert run.summary[node.name]["status"] == "ok" and run.summary[node.name]["check_mode"] is True
-    assert run.summary[node.name]["config_changed"] is True and run.summary[node.name]["restarts"] == 0
+    assert run.summary[node.name]["config_changed"] is True
+    # What the real run below must then do (test_a_real_run_then_...): the same restarts. No kubelet runs here.
+    PREDICTED.update(run.summary[node.name])
+    assert PREDICTED["restarts"] == 1 and PREDICTED["disruption"] == ["would restart containerd"]
+    assert "would restart containerd, verify" in one_line(run.output)
 
 
 @pytest.mark.parametrize("playbook", ["bake.yml", "verify.yml"])
@@ -235,12 +247,17 @@ def test_a_real_run_then_a_second_run_and_a_check_report_no_change(node, workdir
     first = run_site([node], workdir, diff=True)
     assert first.rc == 0, first.output[-3000:]
     assert "runtimes.nvidia" in node.read(CONFIG) and active_since(node) != since
-    assert first.summary[node.name]["restarts"] == 1 and first.summary[node.name]["check_mode"] is False
+    assert first.summary[node.name]["check_mode"] is False
+    # The dry run on the fresh node predicted this run's restarts (same handler notification).
+    assert first.summary[node.name]["restarts"] == PREDICTED["restarts"] == 1
+    assert first.summary[node.name]["restart_method"] == PREDICTED["restart_method"] == "restart"
+    assert first.summary[node.name]["disruption"] == ["restarted containerd"]
     after_first = node_state(node)
     second = run_site([node], workdir)
     assert second.rc == 0 and second.host(node).changed == 0, second.host(node).changed_tasks()
     check = run_site([node], workdir, check=True, diff=True)
     assert check.rc == 0 and check.host(node).changed == 0, check.host(node).changed_tasks()
+    assert check.summary[node.name]["restarts"] == 0 and check.summary[node.name]["disruption"] == []
     assert node_state(node) == after_first
 
 

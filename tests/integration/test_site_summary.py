@@ -58,10 +58,11 @@ def test_the_summary_has_one_line_per_node_and_the_same_as_json(tmp_path):
     assert nodes["node-a"] == {
         "node": "node-a", "status": "ok", "check_mode": False, "failed_task": None, "error": None,
         "engine": "containerd", "config_file": "/etc/containerd/config.toml",
-        "config_changed": False, "restarts": 0, "restart_method": None, "verify": "wiring-only",
+        "config_changed": False, "restarts": 0, "restart_method": None, "disruption": [], "verify": "wiring-only",
         "proof": "recorded", "proof_recorded_at": "2026-11-23T18:24:32Z", "reboot_required": False,
         "reboot_reasons": ["driver 550.54.15 installed, 535.183.01 loaded"]}
     assert nodes["node-b"]["restarts"] == 1 and nodes["node-b"]["reboot_required"] is True
+    assert nodes["node-b"]["disruption"] == ["restarted containerd"]
 
 
 def test_a_run_where_every_node_fails_rewrites_the_summary_with_each_node_failed(tmp_path):
@@ -84,10 +85,18 @@ def test_a_pattern_that_matches_no_host_fails_and_empties_the_summary(tmp_path):
     assert summary_nodes(tmp_path) == {}
 
 
-def test_check_mode_is_said_in_the_summary(tmp_path):
-    output = run_site(tmp_path, check=True)
-    assert all(node["check_mode"] for node in summary_nodes(tmp_path).values())
-    assert "(check mode: nothing was changed; a real run would do this)" in " ".join(output.split())
+def test_check_mode_is_said_in_the_summary_with_what_a_real_run_would_disrupt(tmp_path):
+    output = " ".join(run_site(tmp_path, check=True).split())
+    nodes = summary_nodes(tmp_path)
+    assert all(node["check_mode"] for node in nodes.values())
+    assert "(check mode: nothing was changed; a real run would do this)" in output
+    assert ("node-b: containerd /etc/containerd/config.toml (changed), would cordon and evict 3 pod(s), would restart "
+            "containerd (kubelet is restarted after it if it dies, I3), verify cuda-verified (fresh)") in output
+    assert nodes["node-b"]["restarts"] == 1 and nodes["node-b"]["restart_method"] == "restart"
+    assert nodes["node-b"]["disruption"] == [
+        "would cordon and evict 3 pod(s)", "would restart containerd (kubelet is restarted after it if it dies, I3)"]
+    assert "node-a: containerd /etc/containerd/config.toml, 0 restarts, verify wiring-only" in output
+    assert nodes["node-a"]["restarts"] == 0 and nodes["node-a"]["disruption"] == []
 
 
 def test_a_node_lost_during_the_run_is_marked_unreachable(tmp_path):
