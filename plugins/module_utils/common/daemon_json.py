@@ -89,6 +89,7 @@ def parse_daemon_json(text, path):
         data = json.loads(body, object_pairs_hook=OrderedDict)
     except ValueError as exc:
         # JSONDecodeError carries the position; dockerd would refuse this file too.
+        _refuse_trailing_comma(body, getattr(exc, "pos", None), path)
         line, col = getattr(exc, "lineno", None), getattr(exc, "colno", None)
         msg = getattr(exc, "msg", str(exc))
         raise DockerConfigError(
@@ -162,6 +163,34 @@ def _check_scan(body, path):
         elif char in "]}":
             depth -= 1
         pos += 1
+
+
+def _refuse_trailing_comma(body, pos, path):
+    """Refuse a comma right before a `}` or `]` where json stopped at POS, named at the bracket on every Python:
+    3.13 stops at the comma (with words of its own), earlier versions and dockerd at the bracket."""
+    if pos is None:
+        return
+    if body[pos:pos + 1] == ",":
+        comma, bracket = pos, skip_ws(body, pos + 1)
+    else:
+        comma, bracket = _prev_non_ws(body, pos), pos
+    before = _prev_non_ws(body, comma)
+    # A comma after `{`, `[` or another comma is a missing value, reported where json stopped.
+    if body[comma:comma + 1] != "," or body[bracket:bracket + 1] not in ("}", "]") or before < 0 or body[before] in ",[{":
+        return
+    line, col = line_col(body, bracket)
+    raise DockerConfigError(
+        "%s is not valid JSON: a trailing comma (line %d column %d) before the '%s' at line %d column %d. "
+        "Fix the file by hand; it was left untouched." % ((path,) + line_col(body, comma) + (body[bracket], line, col)),
+        line, "not valid JSON: a trailing comma before the '%s' at column %d" % (body[bracket], col))
+
+
+def _prev_non_ws(text, pos):
+    """Index of the last non-whitespace character before pos (-1 if none)."""
+    pos -= 1
+    while pos >= 0 and text[pos] in WHITESPACE:
+        pos -= 1
+    return pos
 
 
 # --- scanning: where each member of an object lies in the text -------------

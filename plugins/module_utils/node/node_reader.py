@@ -96,7 +96,10 @@ class Node(object):
 def run_command(argv, timeout=5):
     """(rc, stdout, stderr) of argv; a missing binary is rc 127, a hang rc 124."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # Not AnsibleModule.run_command, which has no timeout: a program that hangs (nvidia-smi on a wedged GPU,
+        # a runtime that does not answer) must fail the read, not the whole play.
+        proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()

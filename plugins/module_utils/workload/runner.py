@@ -62,7 +62,10 @@ def tail(text, limit=OUTPUT_LIMIT):
 def run_command(argv, timeout, env=None):
     """(rc, combined output); rc 124 on timeout, 127 when the program is missing."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        # Not AnsibleModule.run_command, which has no timeout: a workload or ctr import that hangs must end in
+        # a failed step that says so, not in a task that never returns.
+        proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     except OSError as exc:
         return 127, "%s: %s" % (argv[0], exc)
     try:
