@@ -16,8 +16,8 @@ bootstrap:
 	tests/testbed/bootstrap.sh
 
 # All tests: integration (real containerd/dockerd) and Molecule (real systemd nodes) in TEST_WORKERS
-# parallel workers (default 3; 1: one process), beside Galaxy import, ansible-test sanity, and the unit
-# tests on the newest and the oldest ansible-core (2.16). One line per step; full logs in
+# parallel workers (default 3; 1: one process), beside Galaxy import and the ansible-core matrix (sanity on
+# 2.16 and 2.21, unit tests on 2.16, 2.19, 2.20 and 2.21, the demo's path on 2.21). One line per step; full logs in
 # .cache/test-logs/ (tests/run.sh). It bootstraps the machine itself (tests/testbed/bootstrap.sh), beside the
 # Galaxy import, which needs no project venv.
 test:
@@ -69,9 +69,13 @@ role-docs:
 changelog:
 	tests/tools/changelog.sh
 
-# Unit tests and one integration path on the oldest supported ansible-core (2.16, own venv).
+# One ansible-core of the support matrix in a venv of its own (CORE 2.16, 2.19, 2.20, 2.21; PART unit, live,
+# sanity, demo): make compat CORE=2.21 PART=demo. Its Python is found on the machine, or it runs in a Debian
+# trixie controller container.
+CORE ?= 2.16
+PART ?= unit
 compat:
-	tests/compat/run.sh
+	tests/compat/run.sh $(CORE) $(PART)
 
 # Benchmarks print figures (no pass/fail) and are not part of `make test`. The fleet benchmark
 # starts FLEET_SIZES node containers (largest size) and drives them over docker and SSH:

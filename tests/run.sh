@@ -3,16 +3,19 @@
 # goes to .cache/test-logs/STEP.log, and a failing step prints the tail of that log. Every step runs
 # even after a failure (one CI run reports everything), and the exit status is 1 if any failed.
 #
-#   tests/run.sh all      bootstrap, Galaxy import, ansible-test sanity, ansible-core 2.16, unit, integration +
-#                         Molecule
+#   tests/run.sh all      bootstrap, Galaxy import, the ansible-core matrix (README.md, "Supported versions"):
+#                         ansible-test sanity on 2.21 and 2.16, the unit tests on 2.16, 2.20, 2.21 and the project
+#                         venv's 2.19, the demo's path on 2.21; integration + Molecule
 #   tests/run.sh check    the inner loop: lint, sanity on the files changed since CHECK_BASE (default HEAD:
 #                         uncommitted and untracked files), beside the unit tests
 #
 # `all` runs in two lanes, because each step alone keeps about one of CI's two cores busy: the Galaxy import
-# beside the venv's creation, then the checks that touch nothing on this machine (sanity, the unit tests on
-# both ansible-cores) one after the other, beside the integration tests and Molecule scenarios, which run in
-# TEST_WORKERS pytest-xdist workers (see pytest_parallel, and tests/conftest.py for what a unit of work is).
-# The one integration path of the ansible-core 2.16 check starts a containerd here, so it runs last, alone.
+# beside the venv's creation, then the checks that touch nothing on this machine but a node container of their
+# own (sanity, the unit tests on each ansible-core, the demo's path) one after the other, beside the
+# integration tests and Molecule scenarios, which run in TEST_WORKERS pytest-xdist workers (see
+# pytest_parallel, and tests/conftest.py for what a unit of work is). The one integration path on
+# ansible-core 2.16 starts a containerd here, so it runs last, alone. tests/compat/run.sh finds each
+# ansible-core's Python (or runs in a Debian trixie controller container) and keeps its venv in .cache.
 # The testbed scripts that fill shared caches take a lock of their own, and each Molecule scenario has a
 # docker network of its own.
 set -uo pipefail
@@ -44,10 +47,12 @@ step() {
   return "$status"
 }
 
-# The line of a step's log that says what passed (pytest's summary, the importer's result, ...).
+# The lines of a step's log that say what ran it (tests/compat/run.sh: ansible-core and Python) and what passed
+# (pytest's summary, the importer's result, ...).
 result_line() {
-  grep -E '^[0-9]+ passed|passed|^(bootstrap|galaxy-importer|ansible-test sanity|ansible-core 2.16)' "$logs/$1.log" |
-    tail -n 1 | sed -E 's/^=+ | =+$//g'
+  { grep -m 1 -E '^ansible-core [0-9.]+, Python' "$logs/$1.log"
+    grep -E '^[0-9]+ passed|passed|^(bootstrap|galaxy-importer|ansible-test sanity|demo on ansible-core)' \
+      "$logs/$1.log" | tail -n 1 | sed -E 's/^=+ | =+$//g'; } | paste -s -d ';' - | sed 's/;/; /'
 }
 
 # Three workers by default; TEST_WORKERS=1 runs everything in one process, in the former order.
@@ -87,14 +92,18 @@ case "${1:-all}" in
     galaxy=$!
     if step bootstrap tests/testbed/bootstrap.sh venv; then
       {
-        step sanity tests/sanity/run.sh
-        step compat tests/compat/run.sh unit
+        step sanity-2.21 tests/compat/run.sh 2.21 sanity
+        step sanity-2.16 tests/compat/run.sh 2.16 sanity
+        step unit-2.16 tests/compat/run.sh 2.16 unit
+        step unit-2.20 tests/compat/run.sh 2.20 unit
+        step unit-2.21 tests/compat/run.sh 2.21 unit
+        step demo-2.21 tests/compat/run.sh 2.21 demo
         step unit "$python" -m pytest -q -p no:cacheprovider tests/unit
       } &
       checks=$!
       step integration pytest_parallel tests/molecule tests/integration
       wait "$galaxy" "$checks"
-      step compat-live tests/compat/run.sh live
+      step live-2.16 tests/compat/run.sh 2.16 live
     else
       wait "$galaxy"
     fi

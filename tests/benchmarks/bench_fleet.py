@@ -76,9 +76,14 @@ def start_nodes(count, key_pub):
     for name in names:
         sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
            *DOCKER_FLAGS, IMAGE, "/sbin/init")
-    # Modules started while systemd still boots can lose their /tmp to systemd-tmpfiles.
+    # Modules started while systemd still boots can lose their /tmp to systemd-tmpfiles. Before its bus is up,
+    # systemctl fails at once: asked again.
     for name in names:
-        sh("docker", "exec", name, "systemctl", "is-system-running", "--wait", check=False)
+        for _attempt in range(240):
+            state = sh("docker", "exec", name, "systemctl", "is-system-running", "--wait", check=False).stdout
+            if state.strip() in ("running", "degraded"):
+                break
+            time.sleep(0.5)
     with open(key_pub) as handle:
         key = handle.read()
     addresses = {}

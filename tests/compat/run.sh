@@ -1,42 +1,126 @@
 #!/usr/bin/env bash
-# `make compat`: the unit tests and one integration path on the oldest supported ansible-core (2.16),
-# in a venv of its own; `make test` runs the same tests on the newest (the project venv, 2.19).
-# ansible-core 2.19 changed conditional and templating semantics: both ends must pass.
+# The collection on one ansible-core of the support matrix (README.md, "Supported versions"), in a venv of its
+# own with a controller Python that ansible-core accepts. `make test` runs the project venv's ansible-core
+# (requirements-dev.txt) itself, and this script for the others: each changed conditionals, templating or
+# module results (2.19), its sanity rules (2.21) or the Pythons it runs on (2.20: 3.12+).
 #
-#   tests/compat/run.sh          both
-#   tests/compat/run.sh unit     the unit tests only (touch nothing on this machine: `make test` runs them
-#                                beside the integration tests)
-#   tests/compat/run.sh live     the integration path only (a containerd on this machine: `make test` runs it
-#                                after the integration tests, which discover this machine's runtimes)
+#   tests/compat/run.sh CORE [PART]     CORE: 2.16, 2.19, 2.20 or 2.21
+#     unit     the unit tests (default; they touch nothing on this machine: `make test` runs them beside the
+#              integration tests)
+#     live     one integration path: the containerd editor against a real containerd 2.1 (a daemon here)
+#     sanity   ansible-test sanity of this ansible-core, with tests/sanity/ignore-CORE.txt
+#     demo     `make demo`'s path from a fresh node: site.yml twice (the second changed=0), then --check --diff
+#              (changed=0); no run may print a deprecation warning
+#
+# The Python: the first of the versions listed for CORE found as python3.X on PATH, in pyenv's versions or as
+# python3. Where none is, the script runs itself in a controller container with Debian trixie's python3
+# (tests/testbed/controller-image.sh), the repository mounted at the same path: only Debian's archive and
+# PyPI are needed.
 set -euo pipefail
-part=${1:-all}
-case "$part" in all|unit|live) ;; *) echo "usage: tests/compat/run.sh [all|unit|live]" >&2; exit 2 ;; esac
+core=${1:-}
+part=${2:-unit}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
-venv=.cache/core216-venv
-pins="ansible-core==2.16.19 pytest==9.0.3 tomlkit==0.15.2 kubernetes==37.0.2 hypothesis==6.170.15"
+usage() { echo "usage: tests/compat/run.sh 2.16|2.19|2.20|2.21 [unit|live|sanity|demo]" >&2; exit 2; }
+case "$part" in unit|live|sanity|demo) ;; *) usage ;; esac
+# The newest patch release PyPI serves of each, and the controller Pythons it runs on, preferred first
+# (2.20 and 2.21 on different ones: the unit tests then cover both).
+case "$core" in
+  2.16) release=2.16.19 pythons="3.11 3.12 3.10" ;;
+  2.19) release=2.19.14 pythons="3.11 3.12 3.13" ;;
+  2.20) release=2.20.10 pythons="3.12 3.13 3.14" ;;
+  2.21) release=2.21.5 pythons="3.13 3.12 3.14" ;;
+  *) usage ;;
+esac
+# The test tools at the project venv's pins.
+tools=$(grep -E '^(pytest|tomlkit|kubernetes|hypothesis)==' requirements-dev.txt | tr '\n' ' ')
+venv=$repo/.cache/core-$core-venv
+
+# The interpreter of a Python X.Y that can create a venv, or nothing.
+python_of() {
+  local version=$1 candidate
+  for candidate in "python$version" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$version".*/bin/python"$version" python3; do
+    "$candidate" -c "import ensurepip, sys, venv
+if '%d.%d' % sys.version_info[:2] == '$version': print(sys.executable)" 2>/dev/null | grep . && return 0
+  done
+  return 1
+}
+
+python=
+for version in $pythons; do python=$(python_of "$version") && break; done
+if [ -z "$python" ]; then
+  if [ -n "${GPUNODE_CONTROLLER_CONTAINER:-}" ]; then
+    echo "no Python of $pythons in the controller container" >&2; exit 1
+  fi
+  tests/testbed/controller-image.sh
+  mkdir -p "$HOME/.cache/pip"
+  # Host network (PyPI), the host's Docker (the demo's node) through its socket and CLI, and pip's cache.
+  exec docker run --rm --network host -e GPUNODE_CONTROLLER_CONTAINER=1 -e PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    -v "$repo:$repo" -w "$repo" -v /var/run/docker.sock:/var/run/docker.sock \
+    -v "$(command -v docker):/usr/local/bin/docker:ro" -v "$HOME/.cache/pip:/root/.cache/pip" \
+    local/gpunode-controller:trixie tests/compat/run.sh "$core" "$part"
+fi
+
+pins="ansible-core==$release $tools($python $("$python" -V 2>&1))"
 if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
   rm -rf "$venv"
-  python3 -m venv "$venv"
+  "$python" -m venv "$venv"
   # shellcheck disable=SC2086
-  "$venv/bin/pip" install -q --disable-pip-version-check $pins >.cache/core216-pip.log 2>&1 || {
-    tail -20 .cache/core216-pip.log; echo "installing $pins failed (log: .cache/core216-pip.log)"; exit 1; }
+  "$venv/bin/pip" install -q --disable-pip-version-check "ansible-core==$release" $tools >"$venv.pip.log" 2>&1 || {
+    tail -20 "$venv.pip.log"; echo "installing ansible-core $release failed (log: $venv.pip.log)"; exit 1; }
   echo "$pins" > "$venv/.pins"
 fi
+
 # The tests read results through the `json` stdout callback, which ansible-core 2.16 routes to ansible.posix:
 # the collection path has it (tests/testbed/bootstrap.sh; its requires_ansible is >=2.15).
 export ANSIBLE_CONFIG=$repo/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$repo/.cache/collections
-export PATH=$repo/$venv/bin:$PATH
+export PATH=$venv/bin:$PATH
 start=$(date +%s)
-"$venv/bin/ansible" --version | sed -n 1p  # sed reads it all: head would break the pipe
-targets=()
-[ "$part" = live ] || targets+=(tests/unit)
-# The property tests (tests/unit/**/test_*_properties.py) import no ansible-core: with the same Python, tomlkit and
-# hypothesis, derandomised, they would run the very examples of `make test`'s unit step on the very code again.
-[ "$part" = live ] || while IFS= read -r file; do targets+=("--ignore=$file"); done < <(find tests/unit -name "test_*_properties.py")
-# One integration path: the containerd editor (action plugin + node module) against a real containerd 2.1,
-# then a CRI sandbox through the new runtime.
-[ "$part" = unit ] ||
-  targets+=("tests/integration/test_containerd_runtime.py::test_runtime_reaches_the_live_daemon[containerd-2.1.9]")
-"$venv/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}"
-echo "ansible-core 2.16 tests ($part): $(( $(date +%s) - start )) s"
+echo "ansible-core $release, $("$venv/bin/python" -V 2>&1) ($python)"
+
+unit() {
+  local ignored=()
+  # The property tests (tests/unit/**/test_*_properties.py) import no ansible-core: derandomised, they run the
+  # examples of the project venv's unit step again, on another Python at most.
+  mapfile -t ignored < <(find tests/unit -name "test_*_properties.py" -printf "--ignore=%p\n")
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit "${ignored[@]}"
+}
+
+live() {
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "tests/integration/test_containerd_runtime.py::test_runtime_reaches_the_live_daemon[containerd-2.1.9]"
+}
+
+demo() {
+  local node=gpunode-demo-core${core//./} log=$repo/.cache/core-$core-demo
+  mkdir -p "$log"
+  docker rm -f -v "$node" >/dev/null 2>&1 || true
+  trap 'docker rm -f -v "$node" >/dev/null 2>&1 || true' EXIT
+  DEMO_NODE=$node DEMO_VENV=$venv demo/run.sh >"$log/first.log" 2>&1 || { tail -40 "$log/first.log"; return 1; }
+  DEMO_NODE=$node DEMO_VENV=$venv demo/run.sh >"$log/second.log" 2>&1 || { tail -40 "$log/second.log"; return 1; }
+  "$venv/bin/ansible-playbook" -i demo/inventory.yml -e ansible_host="$node" playbooks/site.yml --check --diff \
+    >"$log/check.log" 2>&1 || { tail -40 "$log/check.log"; return 1; }
+  demo_verdict "$log"
+}
+
+# The second run and the check changed nothing, and no run printed a deprecation warning.
+demo_verdict() {
+  local log=$1 file failed=0
+  for file in second check; do
+    grep -qE "^gpunode-demo +: ok=[0-9]+ +changed=0 +unreachable=0 +failed=0" "$log/$file.log" ||
+      { echo "the $file run changed something or failed:"; grep -A2 "PLAY RECAP" "$log/$file.log"; failed=1; }
+  done
+  if grep -l "DEPRECATION WARNING" "$log"/*.log; then
+    grep -h -A3 "DEPRECATION WARNING" "$log"/*.log; failed=1
+  fi
+  [ "$failed" -eq 0 ] && echo "demo on ansible-core $release: site.yml twice (second changed=0), --check --diff changed=0"
+  return "$failed"
+}
+
+case "$part" in
+  unit) unit ;;
+  live) live ;;
+  sanity) VENV=$venv tests/sanity/run.sh ;;
+  demo) demo ;;
+esac
+echo "ansible-core $core $part: $(( $(date +%s) - start )) s"

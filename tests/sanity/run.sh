@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make sanity`: ansible-test sanity on the controller Python, offline except for PyPI.
+# `make sanity`: ansible-test sanity on the controller Python, offline except for PyPI. VENV: the venv whose
+# ansible-test runs (default: the project venv; tests/compat/run.sh CORE sanity passes another ansible-core's).
 #
 # ansible-test must run from a path ending in ansible_collections/<namespace>/<name>, so the
 # collection's files (tracked and not ignored) are copied under .cache/sanity/. Each sanity test
@@ -14,10 +15,12 @@ venv=${VENV:-$repo/.venv}
 python=$venv/bin/python
 work=$repo/.cache/sanity
 
-pip_version=$("$python" - <<'PY'
+python_version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+pip_version=$("$python" - "$python_version" <<'PY'
+import sys
 from ansible_test._internal.python_requirements import get_venv_packages
 from ansible_test._internal.host_configs import NativePythonConfig
-print(get_venv_packages(NativePythonConfig(version="3.11"))["pip"])
+print(get_venv_packages(NativePythonConfig(version=sys.argv[1]))["pip"])
 PY
 )
 bootstrap=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
@@ -42,6 +45,6 @@ cd "$dest"
 git init -q . && git add -A
 start=$(date +%s)
 # Each line stamped with the time, so that the duration of every test can be read from the log.
-"$venv/bin/ansible-test" sanity --requirements --python "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+"$venv/bin/ansible-test" sanity --requirements --python "$python_version" \
   --color no "$@" 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done
 echo "ansible-test sanity: $(( $(date +%s) - start )) s"
