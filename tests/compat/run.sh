@@ -15,7 +15,7 @@
 # The Python: the first of the versions listed for CORE found as python3.X on PATH, in pyenv's versions or as
 # python3. Where none is, the script runs itself in a controller container with Debian trixie's python3
 # (tests/testbed/controller-image.sh), the repository mounted at the same path: only Debian's archive and
-# PyPI are needed.
+# PyPI are needed. COMPAT_CONTAINER=1 takes the container even where a Python is found (a fresh machine's path).
 set -euo pipefail
 core=${1:-}
 part=${2:-unit}
@@ -34,7 +34,7 @@ case "$core" in
 esac
 # The test tools at the project venv's pins.
 tools=$(grep -E '^(pytest|tomlkit|kubernetes|hypothesis)==' requirements-dev.txt | tr '\n' ' ')
-venv=$repo/.cache/core-$core-venv
+venv=$repo/.cache/core-$core${GPUNODE_CONTROLLER_CONTAINER:+-container}-venv
 
 # The interpreter of a Python X.Y that can create a venv, or nothing.
 python_of() {
@@ -47,18 +47,32 @@ if '%d.%d' % sys.version_info[:2] == '$version': print(sys.executable)" 2>/dev/n
 }
 
 python=
-for version in $pythons; do python=$(python_of "$version") && break; done
+if [ -z "${COMPAT_CONTAINER:-}" ] || [ -n "${GPUNODE_CONTROLLER_CONTAINER:-}" ]; then
+  for version in $pythons; do python=$(python_of "$version") && break; done
+fi
 if [ -z "$python" ]; then
   if [ -n "${GPUNODE_CONTROLLER_CONTAINER:-}" ]; then
     echo "no Python of $pythons in the controller container" >&2; exit 1
   fi
   tests/testbed/controller-image.sh
   mkdir -p "$HOME/.cache/pip"
-  # Host network (PyPI), the host's Docker (the demo's node) through its socket and CLI, and pip's cache.
+  mounts=()
+  # Where .cache links elsewhere (a cache shared between checkouts), the same path in the container; and the
+  # machine's tools the tests call (Docker's CLI for the demo's node, Packer for the template checks).
+  while IFS= read -r link; do
+    target=$(readlink -f "$link")
+    case "$target" in "$repo"|"$repo"/*) ;; *) mounts+=(-v "$target:$target") ;; esac
+  done < <(find .cache -maxdepth 3 -type l)
+  for tool in docker packer; do
+    command -v "$tool" >/dev/null && mounts+=(-v "$(command -v "$tool"):/usr/local/bin/$tool:ro")
+  done
+  # This machine's way to PyPI (network, certificate authorities, pip's and the proxy's settings where set), its
+  # Docker daemon (the demo's node) and pip's cache.
   exec docker run --rm --network host -e GPUNODE_CONTROLLER_CONTAINER=1 -e PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    -v "$repo:$repo" -w "$repo" -v /var/run/docker.sock:/var/run/docker.sock \
-    -v "$(command -v docker):/usr/local/bin/docker:ro" -v "$HOME/.cache/pip:/root/.cache/pip" \
-    local/gpunode-controller:trixie tests/compat/run.sh "$core" "$part"
+    -v /etc/ssl/certs:/etc/ssl/certs:ro -e PIP_CERT -e PIP_INDEX_URL -e PIP_TRUSTED_HOST \
+    -e http_proxy -e https_proxy -e no_proxy -e HTTP_PROXY -e HTTPS_PROXY -e NO_PROXY \
+    -v "$repo:$repo" -w "$repo" -v /var/run/docker.sock:/var/run/docker.sock "${mounts[@]}" \
+    -v "$HOME/.cache/pip:/root/.cache/pip" local/gpunode-controller:trixie tests/compat/run.sh "$core" "$part"
 fi
 
 pins="ansible-core==$release $tools($python $("$python" -V 2>&1))"
@@ -92,7 +106,8 @@ live() {
 }
 
 demo() {
-  local node=gpunode-demo-core${core//./} log=$repo/.cache/core-$core-demo
+  local log=$repo/.cache/core-$core-demo
+  node=gpunode-demo-core${core//./}
   mkdir -p "$log"
   docker rm -f -v "$node" >/dev/null 2>&1 || true
   trap 'docker rm -f -v "$node" >/dev/null 2>&1 || true' EXIT

@@ -24,7 +24,7 @@ print(get_venv_packages(NativePythonConfig(version=sys.argv[1]))["pip"])
 PY
 )
 bootstrap=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
-if [ ! -s "$bootstrap" ] || ! grep -q "gpunode.nvidia sanity" "$bootstrap"; then
+if [ ! -s "$bootstrap" ] || ! grep -q "what else it is asked for from the index" "$bootstrap"; then
   mkdir -p "$work/wheels" "$(dirname "$bootstrap")"
   "$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     -d "$work/wheels" "pip==$pip_version"

@@ -1,16 +1,16 @@
 """Write a stand-in for ansible-test's get-pip bootstrap script that installs PyPI's pip wheel.
 
 ansible-test runs ``python get_pip_<version>.py --disable-pip-version-check pip==<version>
-[--no-setuptools] [--no-wheel]`` inside an empty virtual environment. The real script embeds pip
-and downloads nothing else; this one does the same with the wheel given on the command line,
-so it works offline.
+[--no-setuptools] [--no-wheel]`` inside an empty virtual environment (ansible-test 2.16 asks for
+``setuptools==<version> wheel==<version>`` too). The real script embeds pip and downloads the rest
+from PyPI; this one does the same with the wheel given on the command line.
 """
 import base64
 import sys
 
 TEMPLATE = '''#!/usr/bin/env python3
 """get-pip stand-in written by tests/sanity/write_get_pip.py (gpunode.nvidia sanity): installs
-pip from the embedded PyPI wheel {wheel_name}."""
+pip from the embedded PyPI wheel {wheel_name}, and what else it is asked for from the index."""
 import base64
 import os
 import sys
@@ -28,8 +28,7 @@ def main():
             handle.write(base64.b64decode(WHEEL))
         sys.path.insert(0, wheel_path)
         from pip._internal.cli.main import main as pip_main
-        return pip_main(["install", "--upgrade", "--force-reinstall", "--no-index",
-                         "--find-links", tmp] + args)
+        return pip_main(["install", "--upgrade", "--force-reinstall", "--find-links", tmp] + args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Build the controller image for the ansible-cores that need a newer Python than the machine has, if missing.
 #   controller-image.sh   -> image local/gpunode-controller:trixie
 # Debian 13's python3 (3.13) with venv and pip, git (ansible-test lists the collection's files with it) and
-# shellcheck (a sanity test): built like the node image (debootstrap from Debian's archive, then
+# the shell linter of ansible-test's sanity: built like the node image (debootstrap from Debian's archive, then
 # `docker import`), so no registry is needed. tests/compat/run.sh runs in it with the repository mounted.
 set -euo pipefail
 # Parallel test steps share the image: one build at a time.
