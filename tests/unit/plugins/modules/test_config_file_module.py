@@ -1,4 +1,7 @@
 """gpunode.nvidia.containerd_config_file (node side): no traceback ever reaches the user."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import time
 

@@ -4,6 +4,9 @@ CRI-O cannot be installed on the test machines: these are unit tests only.
 The rendered drop-in is checked with a real TOML parser (tomllib/tomlkit) on
 the controller side, since the node-side code has none.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import os
 import subprocess

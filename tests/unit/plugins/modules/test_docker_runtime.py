@@ -4,6 +4,9 @@ The module's own code runs in-process (AnsibleModule with patched arguments);
 dockerd's `--validate` is played by a small stand-in script here, the real
 dockerd versions are exercised in tests/integration/test_docker_runtime_live.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import os
 import stat

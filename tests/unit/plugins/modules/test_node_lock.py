@@ -1,5 +1,8 @@
 """The node lock (gpunode.nvidia.node_lock, and the `lock` option of the config modules that take it in
 the call that reads the config): one edit-restart-verify sequence per node at a time."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import multiprocessing
 import os

@@ -1,4 +1,7 @@
 """Paths on the node through its root, and systemd's unit search: the one definition every reader uses."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import sys
 
 import pytest

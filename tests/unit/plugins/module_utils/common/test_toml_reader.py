@@ -3,6 +3,9 @@
 On a node without tomllib (Python before 3.11) the small reader is the only parser: a value it cannot
 turn into Python must be a TomlError with its line, never another exception.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import datetime
 import math
 import tomllib

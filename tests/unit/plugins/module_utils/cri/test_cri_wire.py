@@ -3,6 +3,9 @@
 The HTTP/2 tests run the client against a small scripted server on a unix
 socket in a thread; the real-daemon tests are in tests/integration/test_cri_client.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import os
 import socket
 import struct

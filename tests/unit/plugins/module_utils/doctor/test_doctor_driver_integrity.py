@@ -5,6 +5,9 @@ The Secure Boot firmware and shim are STAND-INS: their EFI variables (SecureBoot
 of the node tree; modules are files with or without the kernel's appended signature marker; `mokutil` and
 `apt-get -s` answers are recorded text.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import lzma
 import struct
 import sys

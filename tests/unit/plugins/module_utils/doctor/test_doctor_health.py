@@ -7,6 +7,9 @@ kernel log lines in the format the driver logs Xids, and nvidia-smi XML in NVIDI
 No GPU, driver or fabric manager exists here: these are the recorded stand-ins, and the rule code
 is the code that runs on a real node.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 import os
 import sys

@@ -3,6 +3,9 @@
 The commands the rules run on a live node (nvidia-smi, nvidia-mig-parted) are answered by the STAND-INS
 tests/testbed/stand-ins/nvidia-smi and nvidia-mig-parted (no GPU here), with their MIG state in a JSON file.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import os
 import subprocess
 import sys

@@ -6,6 +6,9 @@ problem added; their processes are stand-ins (/proc entries, no daemon behind th
 need a live daemon (cri-unavailable, "defined but not loaded") are tested against real containerd in
 tests/integration/test_doctor_live.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 import http.server
 import json

@@ -1,5 +1,8 @@
 """gpu_doctor's security minimum rules: a driver on an ended branch, a driver below its branch's minimum, a toolkit
 below a bulletin's fix."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import datetime
 import sys
 

@@ -8,6 +8,9 @@ must agree with tomllib on which later file redefines the runtime or sets anothe
 for any damaged file it reports the file instead of raising. Profiles: `ci` (bounded,
 derandomized) by default, `fuzz` with HYPOTHESIS_PROFILE=fuzz.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import os
 import shutil
 import tempfile

@@ -7,6 +7,9 @@ plus exactly the change asked for, keeps every other member's bytes and order, i
 and `absent` after `present` gives back the input (with the two documented keys that dockerd's
 reload needs). Profiles: `ci` (bounded, derandomized) by default, `fuzz` with HYPOTHESIS_PROFILE=fuzz.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import copy
 import glob
 import json

@@ -1,4 +1,7 @@
 """The three runtime editors share one contract: the same refusal, warning and bug message, word for word."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import editor_contract as contract

@@ -6,6 +6,9 @@ losing an update (a multi-process race: the edit lock, without the node lock).
 The modules run in-process; errors the test machine cannot produce on demand (ENOSPC, EROFS, EPERM)
 are raised by a patched os.rename here, and produced for real in tests/integration/test_editor_faults_live.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import errno
 import io
 import json

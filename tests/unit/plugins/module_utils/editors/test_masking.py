@@ -1,4 +1,7 @@
 """module_utils.editors.masking: one mechanism for every output path."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import textwrap
 

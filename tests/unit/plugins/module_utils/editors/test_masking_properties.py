@@ -4,6 +4,9 @@ For any document where a sentinel sits under credential keys (any case, escaped 
 type), the masked text holds no sentinel, still parses, and every value whose key path names no
 credential is unchanged. Profiles: `ci` by default, `fuzz` with HYPOTHESIS_PROFILE=fuzz.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import tomllib
 

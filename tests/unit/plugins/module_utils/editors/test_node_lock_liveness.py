@@ -1,6 +1,9 @@
 """The node lock judges its holder by signs of life: a dead run's lock is taken over within two minutes with
 no option set, a live run's never. Real processes play the holder's connection (an sshd session is played by
 /bin/sh started under the name `sshd`: a STAND-IN, no SSH server runs here)."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import multiprocessing
 import os

@@ -5,6 +5,9 @@ The Secure Boot firmware and shim are STAND-INS here: EFI variables (SecureBoot,
 of a node tree, and `mokutil` / `apt-get -s` / `dnf` answers are canned text. The real DKMS signing and
 unattended-upgrades' own dry run are in tests/integration/test_driver_integrity.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import binascii
 import lzma
 import os

@@ -5,6 +5,9 @@ their paths are checked here, as plans (packages, repository files, module strea
 from node trees that hold what those systems hold (os-release, sysfs, /proc, /boot, efivars).
 Debian's path is also run for real with apt (tests/integration).
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import lzma
 import os
 import struct

@@ -1,6 +1,9 @@
 """Guards before change (module_utils/install/guards.py): toolkit CVE minimum, kernel hold/release, Ubuntu transitional
 packages. The package tools' outputs are recorded in their formats (apt-cache policy/depends/show, dnf list):
 Ubuntu's archive and RHEL's repositories cannot be reached here."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 import pytest
 

@@ -1,5 +1,8 @@
 """The security minimum table: per product and driver branch, the bulletins a version misses, and the driver
 branches' lifecycle (which branches ended, on a given day)."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import datetime
 
 import pytest

@@ -4,6 +4,9 @@ ELF files here are written by node_trees.write_elf; where binutils' readelf is
 installed, it reads the same files and must agree, which checks the writer
 against an independent reader. Real binaries are in tests/integration/test_elf_glibc.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 import re
 import shutil

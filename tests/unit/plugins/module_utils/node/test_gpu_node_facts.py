@@ -3,6 +3,9 @@
 The trees (tests/unit/node_trees.py) hold the platforms' real file layouts;
 their processes are stand-ins (/proc entries, no daemon behind them).
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 import errno
 import json

@@ -1,4 +1,7 @@
 """DRA prerequisites of a node, from discovery's facts."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import dra_readiness

@@ -1,4 +1,7 @@
 """Node preflight for the device plugin's time-slicing and MPS sharing (a fake /proc and /run tree)."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import gpu_sharing
 
 

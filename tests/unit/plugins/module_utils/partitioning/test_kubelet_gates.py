@@ -5,6 +5,9 @@ no final newline): the edit only inserts lines or changes the one gate's value, 
 test side only) reads exactly the gates asked for on top of what was there, and a second edit returns the text
 unchanged. The module runs over node trees (tests/unit/node_trees.py) of kubeadm, k3s, MicroK8s, k0s and EKS.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import difflib
 import json
 import os

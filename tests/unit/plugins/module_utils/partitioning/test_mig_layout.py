@@ -4,6 +4,9 @@ only where the MIG mode changes.
 The tools are the STAND-INS tests/testbed/stand-ins/nvidia-smi and nvidia-mig-parted (no GPU here): they keep
 the GPUs' MIG state in a JSON file and print what the real tools print for the cases exercised here.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import os
 import subprocess
 

@@ -4,6 +4,9 @@ Commands (modinfo, modprobe, systemctl) go to a recording runner; the GPUs are s
 the tree (no GPU here). The whole unit, with real containerd and the stand-in vector-add, runs in
 tests/integration/test_bake_pipeline.py.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import os
 import subprocess

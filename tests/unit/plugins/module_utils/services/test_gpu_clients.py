@@ -3,6 +3,9 @@
 systemctl and rmmod are a recording runner; /sys/module is a prepared tree (`refcnt`, `holders/`) as the kernel
 shows it.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import os
 

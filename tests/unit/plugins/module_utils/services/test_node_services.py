@@ -3,6 +3,9 @@
 The systemd stand-in keeps enabled/active/failed per unit and answers systemctl as systemd does
 (is-enabled/is-active rc 0 or not); the tree gives sysfs, /proc, unit files and dpkg status.
 """
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 import os
 import sys

@@ -2,6 +2,9 @@
 
 The role's condition is rendered by ansible-core's own templar, in a process of its own: the templar
 changes process-wide state that other unit tests of modules depend on."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import json
 import os
 import subprocess

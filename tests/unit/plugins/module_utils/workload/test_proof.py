@@ -1,4 +1,7 @@
 """The node's recorded GPU proof (module_utils.workload.proof): when a run that changed nothing may report it."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import proof

@@ -1,5 +1,8 @@
 """workload.judge: the one judgment of a vector-add run (judge_run, shared by gpu_workload_check and the
 first boot of baked images), and how gpu_workload_check's result and message carry it."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import judge
 
 CONTEXT = {"node": "n1", "socket": "/run/containerd/containerd.sock", "engine": "containerd",
