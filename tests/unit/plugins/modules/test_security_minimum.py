@@ -1,5 +1,8 @@
 """gpunode.nvidia.security_minimum (the driver role's guard): a driver below its branch's minimum, on an ended
 branch, or on a branch no bulletin names yet; warn reports, refuse fails."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import datetime
 import json
 

@@ -1,6 +1,9 @@
 """One binary lookup for the editors, the node services, the runtime views and the modules: its search order
 is a service's PATH (as systemd sets it), after the caller's own PATH on the live node and the tool's own
 directories."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common import binaries
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_views

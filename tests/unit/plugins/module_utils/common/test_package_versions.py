@@ -1,5 +1,8 @@
 """One branch_of for the install plans and the security minimum table: a driver version's branch is its first
 component."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.package_versions import branch_of

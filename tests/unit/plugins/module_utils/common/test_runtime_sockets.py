@@ -1,5 +1,8 @@
 """One table of default runtime sockets (common/runtime_sockets.py): every reader, module and role default that
 names a runtime's socket when the node names none is that table's."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import os
 
 import yaml

@@ -1,5 +1,8 @@
 """The CRI plugin ids are one table (node/containerd_semantics.py): the node's views, the doctor and the
 controller's editor read the same names in the same order as before."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import containerd_semantics as sem
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import runtime_views
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports, toml_edit

@@ -1,5 +1,8 @@
 """One reader of kernel module files (node_os.read_module) for the module's version and its signature: the
 same bytes whatever the compression, and the same "unknown" for what cannot be read."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import gzip
 import lzma
 

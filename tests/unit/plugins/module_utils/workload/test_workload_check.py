@@ -2,6 +2,9 @@
 
 The runs themselves go through real containerd and dockerd in tests/integration/test_gpu_verify_node.py;
 here the runners and the runtime's answers are replaced where a case needs no daemon."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import errno
 
 import pytest

@@ -1,4 +1,7 @@
 """workload.runner: the command lines it builds for the docker CLI and containerd's ctr."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner

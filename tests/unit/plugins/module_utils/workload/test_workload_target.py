@@ -1,4 +1,7 @@
 """workload.target: which runtime gpu_workload_check runs with, from its options and discovery's target."""
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
 import pytest
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import target
