@@ -200,6 +200,10 @@ ansible_facts:
             used_by: {description: "Other daemons that use this instance (C(docker)).", type: list, elements: str}
             sources: {description: "Where it was found (C(process), C(unit), C(args-file)).", type: list, elements: str}
             enabled: {description: "The service is enabled.", type: bool}
+            masked: {description: "The service is masked (a link to C(/dev/null)): systemd will not start it.", type: bool}
+            missing_binary:
+              description: The program the service starts, when it is not on the node (a removed package's unit); else null.
+              type: str
             restart:
               description: How the instance picks up a changed config.
               type: dict

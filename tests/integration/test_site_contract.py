@@ -295,3 +295,20 @@ def test_every_node_failing_each_says_why_and_the_summary_marks_them(broken_node
     for message in (removed_message, bare_message):
         assert not re.search(r"was restored|was restarted|daemon restarted|This is a bug", message), message
     assert {n: row["status"] for n, row in run.summary.items()} == {removed.name: "failed", bare.name: "failed"}
+
+
+def test_a_masked_runtime_is_no_runtime_and_nothing_is_written(broken_nodes, workdir):
+    """An operator took the node off containerd: package purged, unit masked. The run stops before any file is
+    written, with no restart of the masked unit and no wait for CRI (it used to write config.toml, start the
+    masked unit, wait out the CRI timeout and roll back)."""
+    removed, _bare = broken_nodes
+    removed.sh("dpkg --purge containerd >/dev/null; systemctl mask containerd")
+    before = node_state(removed)
+    started = time.time()
+    run = run_site([removed], workdir)
+    assert run.rc == 2 and time.time() - started < 60
+    assert node_state(removed) == before
+    message = one_line(" ".join(run.host(removed).failure_messages()))
+    assert ("No containerd on this node: containerd.service is masked (found: containerd (containerd.service, "
+            "masked)). Nothing was changed.") in message, message
+    assert not re.search(r"did not come back|restored|restarted|This is a bug", message), message

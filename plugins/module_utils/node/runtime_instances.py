@@ -57,7 +57,7 @@ def new_instance(kind, platform, **fields):
         "edit_path": None, "edit_mode": "main", "regenerated_by": None, "platform_config": None,
         "nvidia_autodetect": False, "used_by": [], "sources": [], "enabled": None,
         "restart": None, "notes": [], "is_target": False, "used_by_kubelet": False,
-        "containerd_socket": None,
+        "containerd_socket": None, "masked": False, "missing_binary": None,
     }
     instance.update(fields)
     return instance
@@ -278,38 +278,38 @@ def unit_instances(node, distro):
     found = []
     svc = unit(node, "containerd.service")
     if svc:
-        found.append(_with_unit(containerd_instance(node, svc["exec_argv"][1:], distro), svc))
+        found.append(_with_unit(node, containerd_instance(node, svc["exec_argv"][1:], distro), svc))
     svc = unit(node, "snap.k8s.containerd.service")
     if svc or node.exists(K8S_SNAP_ARGS + "/containerd"):
         instance = containerd_instance(node, k8s_snap_args(node), "k8s-snap",
                                        {"binary": "/snap/k8s/current/bin/containerd"})
-        found.append(_with_unit(instance, svc or {"name": "snap.k8s.containerd.service"}))
+        found.append(_with_unit(node, instance, svc or {"name": "snap.k8s.containerd.service"}))
     svc = unit(node, "snap.microk8s.daemon-containerd.service")
     if svc or node.exists(MICROK8S_DATA + "/args/containerd"):
         instance = containerd_instance(node, microk8s_args(node, "containerd"), "microk8s",
                                        {"config": MICROK8S_DATA + "/args/containerd.toml",
                                         "socket": PLATFORM_CONTAINERD_SOCKETS["microk8s"],
                                         "binary": "/snap/microk8s/current/bin/containerd"})
-        found.append(_with_unit(instance, svc or {"name": "snap.microk8s.daemon-containerd.service"}))
+        found.append(_with_unit(node, instance, svc or {"name": "snap.microk8s.daemon-containerd.service"}))
     for name in ("k3s", "rke2"):
         for svc_name in ("%s.service" % name, "%s-agent.service" % name, "%s-server.service" % name):
             svc = unit(node, svc_name)
             if svc and not _external_runtime(node, name, svc["exec_argv"]):
-                found.append(_with_unit(containerd_instance(
+                found.append(_with_unit(node, containerd_instance(
                     node, [], name, rancher_defaults(name, svc["exec_argv"])), svc))
     for svc_name in ("k0sworker.service", "k0scontroller.service"):
         svc = unit(node, svc_name)
         if svc and (svc_name == "k0sworker.service" or
                     set(svc["exec_argv"]) & set(("--enable-worker", "--single"))):
-            found.append(_with_unit(containerd_instance(
+            found.append(_with_unit(node, containerd_instance(
                 node, [], "k0s", {"config": "/etc/k0s/containerd.toml", "socket": PLATFORM_CONTAINERD_SOCKETS["k0s"],
                                   "binary": "/var/lib/k0s/bin/containerd"}), svc))
     svc = unit(node, "docker.service")
     if svc:
-        found.append(_with_unit(docker_instance(node, svc["exec_argv"][1:]), svc))
+        found.append(_with_unit(node, docker_instance(node, svc["exec_argv"][1:]), svc))
     svc = unit(node, "crio.service")
     if svc:
-        found.append(_with_unit(crio_instance(node, svc["exec_argv"][1:]), svc))
+        found.append(_with_unit(node, crio_instance(node, svc["exec_argv"][1:]), svc))
     return found
 
 
@@ -321,11 +321,18 @@ def _external_runtime(node, name, argv):
                 or re.search(r"^\s*docker\s*:\s*true", config, re.M))
 
 
-def _with_unit(instance, svc):
+def _with_unit(node, instance, svc):
+    """An instance declared by a unit. A masked unit (a link to /dev/null) cannot be started, and a unit whose
+    program is gone (a removed package's unit left in /etc) starts nothing: both are marked, so that the runtime
+    roles treat the runtime as not there before they write anything."""
     instance.update(service=svc["name"], enabled=svc.get("enabled"), sources=["unit"] if svc.get("path")
-                    else ["args-file"])
+                    else ["args-file"], masked=bool(svc.get("masked")))
     if svc.get("masked"):
         instance["notes"].append("service %s is masked" % svc["name"])
+    program = (svc.get("exec_argv") or [""])[0]
+    if program.startswith("/") and not node.exists(program):
+        instance["missing_binary"] = program
+        instance["notes"].append("service %s starts %s, which is not on the node" % (svc["name"], program))
     if svc.get("path") and not instance["binary"] and svc.get("exec_argv"):
         instance["binary"] = svc["exec_argv"][0]
     return instance
@@ -418,6 +425,7 @@ def merge_instances(from_processes, from_units):
             continue
         running["service"] = running["service"] or declared["service"]
         running["enabled"] = declared["enabled"]
+        running["masked"] = declared["masked"]  # it runs, but systemd will not restart it
     return merged
 
 
