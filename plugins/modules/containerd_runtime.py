@@ -155,7 +155,15 @@ EXAMPLES = r"""
   gpunode.nvidia.containerd_runtime:
     name: nvidia
     binary: /usr/bin/nvidia-container-runtime
-  notify: Restart containerd
+    backup: true
+  register: nvidia_runtime
+
+- name: Restart containerd the role's way when it changed (wait for CRI, roll back, bring kubelet back)
+  ansible.builtin.include_role:
+    name: gpunode.nvidia.container_runtime
+    tasks_from: apply
+  vars:
+    container_runtime_edit: "{{ nvidia_runtime }}"
 
 - name: Make it the default, with CDI, on a k8s-snap containerd
   gpunode.nvidia.containerd_runtime:
@@ -177,13 +185,29 @@ EXAMPLES = r"""
     gather: [runtimes, kubelet, target]
   register: discovery
 
+- name: Name this run's lock owner once (the same owner takes and gives back the lock)
+  ansible.builtin.set_fact:
+    run_lock_owner: "{{ inventory_hostname }}:{{ now(utc=true).isoformat() }}"
+
 - name: Configure it under the node lock, with that discovery (one module call when nothing changes)
   gpunode.nvidia.containerd_runtime:
     discovered: "{{ discovery }}"
     lock:
-      owner: "{{ run_owner }}"
+      owner: "{{ run_lock_owner }}"
   register: edit
-  notify: Restart containerd and give the node lock back
+
+- name: Restart it while the lock is held
+  ansible.builtin.include_role:
+    name: gpunode.nvidia.container_runtime
+    tasks_from: apply
+  vars:
+    container_runtime_edit: "{{ edit }}"
+
+- name: Give the node lock back
+  gpunode.nvidia.node_lock:
+    owner: "{{ run_lock_owner }}"
+    state: released
+  when: edit.lock_held | default(false)
 """
 
 RETURN = r"""

@@ -65,10 +65,36 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Two 1g, one 2g and one 3g instance on every GPU
+- name: Will all-balanced change anything here? (nvidia-mig-parted assert only)
   gpunode.nvidia.gpu_mig_layout:
     name: all-balanced
-    state: applied
+  register: mig_plan
+
+# Applying a layout resets GPUs: take the node out of service first (cordon, evict the GPU pods, stop the GPU
+# clients) and bring it back however the change went. Role gpunode.nvidia.gpu_partitioning does all of this
+# (gpu_partitioning_mig_layout_name); these are the tasks it runs.
+- name: Change the layout with the node out of service
+  when: mig_plan.would_change
+  block:
+    - name: Take the node out of service
+      ansible.builtin.include_role:
+        name: gpunode.nvidia.gpu_maintenance
+        tasks_from: enter
+      vars:
+        gpu_maintenance_owner: partitioning
+        gpu_maintenance_unload_modules: "{{ mig_plan.mode_changes | length > 0 }}"
+
+    - name: Two 1g, one 2g and one 3g instance on every GPU
+      gpunode.nvidia.gpu_mig_layout:
+        name: all-balanced
+        state: applied
+  always:
+    - name: Bring the node back into service
+      ansible.builtin.include_role:
+        name: gpunode.nvidia.gpu_maintenance
+        tasks_from: leave
+      vars:
+        gpu_maintenance_owner: partitioning
 """
 
 RETURN = r"""

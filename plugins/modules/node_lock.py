@@ -75,12 +75,17 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Name this run's lock owner once (the same owner takes and gives back the lock)
+  ansible.builtin.set_fact:
+    run_lock_owner: "{{ inventory_hostname }}:{{ now(utc=true).isoformat() }}"
+
 - name: Take the node lock for this run
   gpunode.nvidia.node_lock:
-    owner: "{{ container_runtime_lock_owner }}"
+    owner: "{{ run_lock_owner }}"
+
 - name: Give it back
   gpunode.nvidia.node_lock:
-    owner: "{{ container_runtime_lock_owner }}"
+    owner: "{{ run_lock_owner }}"
     state: released
 """
 
