@@ -178,6 +178,13 @@ options:
   mok_enrolled:
     description: Whether the DKMS signing key is enrolled, instead of asking C(mokutil --test-key).
     type: bool
+  apt_scratch:
+    description:
+      - A directory holding the planned Debian source as C(planned.sources) and the apt lists read from it
+        (C(lists/)): every C(apt-cache) and C(apt-get) of the plan reads those instead of apt's own, and the
+        source counts as in place. The role's check mode uses it to judge a branch or version against the source
+        it would add, without adding it.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -381,7 +388,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.install.toolkit_pla
 DRIVER_KEYS = ("branch", "version", "default_branch", "flavour", "install_without_gpu", "allow_upgrade", "source", "packages",
                "ubuntu_modules", "debian_mirror", "debian_suites", "debian_signed_by", "repo_base", "repo_url",
                "repo_key_url", "offline_dir", "kernel_headers", "secure_boot_check", "secure_boot_strategy",
-               "signing_key_given", "signing_certificate")
+               "signing_key_given", "signing_certificate", "apt_scratch")
 TOOLKIT_KEYS = ("version", "allow_upgrade", "source", "repo_base", "repo_url", "repo_key_url", "channel",
                 "gpgcheck", "repo_gpgcheck", "offline_dir")
 
@@ -417,7 +424,20 @@ ARGUMENT_SPEC = dict(
     architecture=dict(type="str"),
     secure_boot=dict(type="bool"),
     mok_enrolled=dict(type="bool"),
+    apt_scratch=dict(type="path"),
 )
+
+
+def with_scratch_lists(run, scratch):
+    """RUN, with every apt-cache and apt-get reading the planned source's scratch lists instead of apt's own."""
+    options = ["Dir::Etc::SourceList=%s/planned.sources" % scratch, "Dir::Etc::SourceParts=-",
+               "Dir::State::Lists=%s/lists" % scratch]
+
+    def scratch_run(argv, *args, **kwargs):
+        if argv and os.path.basename(argv[0]) in ("apt-cache", "apt-get"):
+            argv = [argv[0]] + [part for option in options for part in ("-o", option)] + list(argv[1:])
+        return run(argv, *args, **kwargs)
+    return scratch_run
 
 
 def main():
@@ -430,7 +450,10 @@ def main():
     if not os.path.isdir(root):
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
     # apt's simulations (the drift preflight, the precompiled check) take seconds on a busy node.
-    node = Node(root, functools.partial(run_command, timeout=120) if os.path.realpath(root) == "/" else None)
+    run = functools.partial(run_command, timeout=120) if os.path.realpath(root) == "/" else None
+    if run and params["apt_scratch"]:
+        run = with_scratch_lists(run, params["apt_scratch"])
+    node = Node(root, run)
     env = {"running_kernel": params["running_kernel"] or os.uname()[2],
            "arch": params["architecture"] or os.uname()[4],
            "secure_boot": None if params["secure_boot"] is None else {

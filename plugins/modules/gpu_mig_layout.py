@@ -18,6 +18,8 @@ description:
     and B200 where it is off, since C(-lgip) lists nothing then). A profile a GPU lacks fails the task naming
     the GPU, its model and the profile.
 notes:
+  - Needs C(nvidia-smi) (the driver stage installs it) and C(nvidia-mig-parted) (NVIDIA's mig-parted release
+    package; the collection does not install it) on the node.
   - C(nvidia-mig-parted assert) decides whether anything changes; in check mode that is all that runs.
   - With O(state=applied) and a change, writes mig-parted's config to O(config_path), runs
     C(nvidia-mig-parted apply --mode-only --skip-reset), resets (C(nvidia-smi -r)) only the GPUs whose MIG mode
@@ -139,16 +141,23 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import file
 from ansible_collections.gpunode.nvidia.plugins.module_utils.partitioning import mig_layout
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.safe_exit import fail, run_and_exit
 
-MISSING_TOOL = ("%s is not installed on this node: install NVIDIA's %s (the mig-parted release package for "
-                "nvidia-mig-parted), or leave MIG to the GPU operator's MIG manager.")
+# What installs each tool the module runs: the driver stage brings nvidia-smi, nothing of the collection brings
+# nvidia-mig-parted (a prerequisite of MIG layouts, docs/before-you-start.md).
+MISSING_TOOL = {
+    "nvidia-smi": "nvidia-smi is not installed on this node: it comes with NVIDIA's driver utilities, which the "
+                  "driver stage installs; run it first (gpunode_driver_stage).",
+    "nvidia-mig-parted": "nvidia-mig-parted is not installed on this node: install NVIDIA's mig-parted release package "
+                         "(github.com/NVIDIA/mig-parted/releases) or your mirror of it, or leave MIG to the GPU "
+                         "operator's MIG manager.",
+}
 
 
 def tools(module):
     found = {}
-    for tool, package in (("nvidia-smi", "driver utilities"), ("nvidia-mig-parted", "mig-parted")):
+    for tool in ("nvidia-smi", "nvidia-mig-parted"):
         found[tool] = find_binary(tool, NVIDIA_TOOL_DIRS)
         if not found[tool]:
-            fail(module, MISSING_TOOL % (tool, package))
+            fail(module, MISSING_TOOL[tool])
     return found
 
 

@@ -85,14 +85,28 @@ def test_debian_bake_install_idempotence_and_branch_upgrade(node):
     assert node.packages() == dict((name, "550.163.01-1") for name in OPEN_SET)
 
 
-def test_a_branch_the_repository_does_not_carry_is_refused_before_apt_installs(node):
-    refused = node.play(DRIVER, driver_vars(node, nvidia_driver_install_without_gpu=True, nvidia_driver_branch="580"))
-    assert refused.failed
-    message = refused.failure_messages()[-1]
-    assert message.startswith("nvidia_driver_branch is 580, but the configured repositories do not carry "
-                              "nvidia-open-kernel-dkms in branch 580 (apt-cache madison nvidia-open-kernel-dkms: "
-                              "550.163.01-1, 535.261.03-1). Set nvidia_driver_branch to 535 or 550"), message
-    assert "nvidia_driver_debian_mirror, nvidia_driver_debian_suites" in message
+def node_apt_state(node):
+    """What a refused run must leave as it was: apt's sources and keyrings, and /tmp (check mode's scratch lists)."""
+    return node.sh("ls -la /etc/apt/sources.list.d /etc/apt/keyrings /tmp 2>&1").stdout
+
+
+@pytest.mark.parametrize("branch", ["580", "5800"])
+def test_a_branch_the_repository_does_not_carry_is_refused_in_check_mode_and_for_real_alike(node, branch):
+    """Check mode refuses with the real run's words (it reads the planned source into scratch lists, where it
+    used to plan nvidia-driver=5800.*), and neither run leaves the source, its key or its lists on the node."""
+    before = node_apt_state(node)
+    refusal = ("nvidia_driver_branch is %s, but the configured repositories do not carry nvidia-open-kernel-dkms in "
+               "branch %s (apt-cache madison nvidia-open-kernel-dkms: 550.163.01-1, 535.261.03-1). Set "
+               "nvidia_driver_branch to 535 or 550" % (branch, branch))
+    variables = driver_vars(node, nvidia_driver_install_without_gpu=True, nvidia_driver_branch=branch)
+    for check in (True, False):
+        refused = node.play(DRIVER, variables, check=check)
+        assert refused.failed
+        message = refused.failure_messages()[-1]
+        assert message.startswith(refusal), (check, message)
+        assert "nvidia_driver_debian_mirror, nvidia_driver_debian_suites" in message
+        assert node_apt_state(node) == before, check
+        assert node.read("/etc/apt/sources.list.d/nvidia-driver-debian.sources") is None
     assert node.packages() == {}  # refused by the plan, not by apt halfway
     assert node.read("/etc/modprobe.d/blacklist-nouveau.conf") is None
 

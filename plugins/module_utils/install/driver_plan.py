@@ -396,8 +396,8 @@ def plan_driver(node, request, env):
         version_glob = request["version"] + ("-*" if dist["package_manager"] == "apt" else "*")
     repository = driver_repository(dist, request, node)
     if dist["family"] == "debian":
-        plan["driver_version"] = debian_driver_version(node, request, flavour, branch,
-                                                       judge_branch=source_in_place(node, repository))
+        plan["driver_version"] = debian_driver_version(
+            node, request, flavour, branch, judge_branch=source_in_place(node, repository, request.get("apt_scratch")))
         if plan["driver_version"]:
             version_glob = plan["driver_version"] + "-*"
     # Ubuntu's prebuilt module packages are versioned by the kernel, not the driver: apt picks the one that matches.
@@ -444,12 +444,14 @@ def check_ubuntu_branch(node, branch):
                     "nvidia_driver_offline_dir." % (branch, branch, ", ".join(offered)))
 
 
-def source_in_place(node, repository):
+def source_in_place(node, repository, apt_scratch=None):
     """Whether apt's lists already come from the planned source: nothing to add, or its file as planned.
-    Before the role adds or changes it (the first plan of such a run) they are stale: no refusal then."""
+    Before the role adds or changes it (the first plan of such a run) they are stale: no refusal then.
+    APT_SCRATCH: the directory where check mode read the planned source (planned.sources) into lists of its own."""
     if repository is None:
         return True
-    text = node.read("/etc/apt/sources.list.d/%s.sources" % repository["name"]) or ""
+    path = apt_scratch + "/planned.sources" if apt_scratch else "/etc/apt/sources.list.d/%s.sources" % repository["name"]
+    text = node.read(path) or ""
     fields = dict((key.strip().lower(), value.split()) for key, _sep, value in
                   (line.partition(":") for line in text.splitlines()))
     return fields.get("uris") == repository["uris"] and fields.get("suites") == repository["suites"]
