@@ -181,7 +181,7 @@ options:
   apt_scratch:
     description:
       - A directory holding the planned Debian source as C(planned.sources) and the apt lists read from it
-        (C(lists/)): every C(apt-cache) and C(apt-get) of the plan reads those instead of apt's own, and the
+        (C(lists/)). Every C(apt-cache) and C(apt-get) of the plan reads those instead of apt's own, and the
         source counts as in place. The role's check mode uses it to judge a branch or version against the source
         it would add, without adding it.
     type: path

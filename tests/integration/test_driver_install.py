@@ -87,7 +87,7 @@ def test_debian_bake_install_idempotence_and_branch_upgrade(node):
 
 def node_apt_state(node):
     """What a refused run must leave as it was: apt's sources and keyrings, and /tmp (check mode's scratch lists)."""
-    return node.sh("ls -la /etc/apt/sources.list.d /etc/apt/keyrings /tmp 2>&1").stdout
+    return node.sh("ls -A /etc/apt/sources.list.d /etc/apt/keyrings /tmp 2>&1").stdout
 
 
 @pytest.mark.parametrize("branch", ["580", "5800"])
