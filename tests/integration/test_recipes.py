@@ -171,8 +171,8 @@ CHECKED = [r for r in RECIPES if r[3]]
 
 
 @pytest.mark.parametrize("title, files, commands, _check", CHECKED, ids=[r[0] for r in CHECKED])
-def test_a_recipe_runs_in_check_mode_on_a_node_and_changes_nothing(tmp_path, node, cluster, title, files, commands,
-                                                                    _check):
+def test_a_recipe_runs_in_check_mode_on_a_node_and_changes_nothing(
+        tmp_path, node, cluster, title, files, commands, _check):
     write_recipe(tmp_path, dict(files, **{"inventory.yml": on_the_node(files["inventory.yml"], node)}))
     argv = playbook_commands(commands)[0]
     argv += [] if "--check" in argv else ["--check"]

@@ -65,8 +65,7 @@ def all_tasks(tasks):
     for task in tasks:
         yield task
         for key in ("block", "rescue", "always"):
-            for inner in all_tasks(task.get(key) or []):
-                yield inner
+            yield from all_tasks(task.get(key) or [])
 
 
 def write_playbook(work, named_snippets):
