@@ -15,40 +15,21 @@ import time
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.maintenance import TransportError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.client import TransportError
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 
 ARGUMENT_SPEC = dict(
-    kubeconfig=dict(type="path"),
-    context=dict(type="str"),
-    node=dict(type="str", required=True),
+    upgrade_api.UPGRADE_OPTIONS,
     op=dict(type="str", default="acquire", choices=["acquire", "release", "renew"]),
     max_parallel=dict(type="int", default=1),
     max_unavailable=dict(type="raw", default="25%"),
     gpu_node_selector=dict(type="str", default="nvidia.com/gpu.present=true"),
-    lease_namespace=dict(type="str", default="kube-system"),
-    lease_name=dict(type="str", default="gpunode-upgrade"),
     timeout=dict(type="int", default=3600),
     poll_interval=dict(type="float", default=5.0),
     ttl=dict(type="int", default=3600),
 )
-
-
-def connect(args):
-    """UpgradeApi for the task's kubeconfig, or a clear failure (shared by gpu_upgrade_slot and gpu_upgrade_state)."""
-    cv.require_client("to run the rolling upgrade")
-    client = cv.connect_task(args)
-    return upgrade_api.UpgradeApi(client, args.get("lease_namespace") or "kube-system",
-                                  args.get("lease_name") or "gpunode-upgrade")
-
-
-def unreachable(args, exc):
-    return ("node %s: cannot reach the Kubernetes API of kubeconfig %s (%s); nothing more was changed. Check the "
-            "server address and that it answers from the controller, then run the upgrade again: each node resumes "
-            "at its label" % (args["node"], args["kubeconfig"] or "(default)", exc.__class__.__name__))
 
 
 class ActionModule(ValidatedAction):
@@ -59,7 +40,7 @@ class ActionModule(ValidatedAction):
         args = self.validated_args()
         if args["timeout"] < 0 or args["poll_interval"] <= 0 or args["ttl"] <= 0:
             raise AnsibleActionFail("timeout must not be negative; poll_interval and ttl must be positive")
-        api = connect(args)
+        api = upgrade_api.connect_task(args)
         holder = upgrade_api.controller_identity()
         try:
             if args["op"] == "acquire":
@@ -69,7 +50,7 @@ class ActionModule(ValidatedAction):
         except ro.RolloutError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
         except TransportError as exc:
-            result.update(failed=True, changed=False, msg=unreachable(args, exc))
+            result.update(failed=True, changed=False, msg=upgrade_api.unreachable(args, exc))
         result["holder"] = holder
         return result
 

@@ -13,17 +13,13 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpunode.nvidia.plugins.action.gpu_upgrade_slot import connect, unreachable
-from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.maintenance import TransportError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.client import TransportError
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
 
 ARGUMENT_SPEC = dict(
-    kubeconfig=dict(type="path"),
-    context=dict(type="str"),
-    node=dict(type="str", required=True),
+    upgrade_api.UPGRADE_OPTIONS,
     op=dict(type="str", default="read", choices=["read", "set", "plan"]),
     state=dict(type="str", choices=list(ro.ALL_STATES)),
     current=dict(type="dict", default={}),
@@ -34,8 +30,6 @@ ARGUMENT_SPEC = dict(
     job_selector=dict(type="str"),
     drain=dict(type="bool", default=False),
     reboot=dict(type="bool", default=False),
-    lease_namespace=dict(type="str", default="kube-system"),
-    lease_name=dict(type="str", default="gpunode-upgrade"),
 )
 
 
@@ -45,7 +39,7 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        api = connect(args)
+        api = upgrade_api.connect_task(args)
         try:
             if args["op"] == "set":
                 result.update(self._set(api, args))
@@ -54,12 +48,12 @@ class ActionModule(ValidatedAction):
         except ro.RolloutError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
         except TransportError as exc:
-            result.update(failed=True, changed=False, msg=unreachable(args, exc))
+            result.update(failed=True, changed=False, msg=upgrade_api.unreachable(args, exc))
         return result
 
     def _read(self, api, args):
         view = ro.node_view(api.node(args["node"]))
-        target = resolve_target(args["current"], args["target"], args["minimum"])
+        target = ro.resolve_target(args["current"], args["target"], args["minimum"])
         changes = ro.needs(args["current"], target)
         managed = view["labels"].get(ro.OPERATOR_DRIVER_LABEL) == "true" and "driver" in changes
         below = [] if args["allow_below_minimum"] else ro.below_minimum(
@@ -67,7 +61,8 @@ class ActionModule(ValidatedAction):
         decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"], below=below)
         steps = ro.steps_from(decision["start"], args["job_selector"], args["drain"]) if decision["start"] else []
         report = dict(changed=False, state=view["state"], skip=view["skip"], unschedulable=view["unschedulable"],
-                      ready=view["ready"], changes=changes, target=target, light=ro.light_path(changes), decision=decision,
+                      ready=view["ready"], changes=changes, target=target,
+                      driver_install=ro.driver_install(target["driver"]), light=ro.light_path(changes), decision=decision,
                       steps=steps, operator_managed=managed, msg="%s: %s" % (args["node"], decision["reason"]))
         if args["op"] == "plan":
             waits = api.pdb_waits(args["node"]) if decision["action"] == "upgrade" else {}
@@ -89,16 +84,3 @@ class ActionModule(ValidatedAction):
         moved = "%s: %s -> %s" % (args["node"], current or "(none)", args["state"])
         return dict(changed=True, state=args["state"], previous=current, msg=moved)
 
-
-def resolve_target(current, target, minimum):
-    """The versions this node moves to: the given target, or (minimum) the security minimum of what it runs.
-
-    Fabric manager follows the driver (it must be exactly the driver's version) on nodes that have it."""
-    resolved = dict((key, target.get(key) or "") for key in ("driver", "toolkit", "fabricmanager"))
-    if minimum:
-        for key, product in (("driver", sm.DRIVER), ("toolkit", sm.TOOLKIT)):
-            gap = sm.shortfall(product, current.get(key))
-            resolved[key] = gap["minimum"] if gap else ""
-    if current.get("fabricmanager") and not resolved["fabricmanager"]:
-        resolved["fabricmanager"] = resolved["driver"] or current.get("driver") or ""
-    return resolved

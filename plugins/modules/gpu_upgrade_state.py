@@ -149,6 +149,14 @@ target:
   description: The versions this node moves to (C(driver), C(toolkit), C(fabricmanager); empty - unchanged).
   returned: when O(op=read) or O(op=plan)
   type: dict
+driver_install:
+  description: >-
+    How the driver role installs the target driver, parsed once from RV(target.driver) - C(branch) (V(535)) and
+    C(version), the exact version to install (an epoch or package revision dropped), empty for a branch alone
+    (its newest).
+  returned: when O(op=read) or O(op=plan)
+  type: dict
+  sample: {branch: "535", version: "535.309.01"}
 changes:
   description: What differs from the target (V(driver), V(toolkit), V(fabricmanager)).
   returned: when O(op=read) or O(op=plan)

@@ -17,20 +17,32 @@ import random
 import socket
 import time
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
 
-try:
-    from kubernetes import client as k8s
-except ImportError:  # the action plugins report the missing package with the install line
-    k8s = None
-
+# The options gpu_upgrade_slot and gpu_upgrade_state share: the cluster, the node, and the slot Lease.
+UPGRADE_OPTIONS = client.kube_options(
+    node=dict(type="str", required=True),
+    lease_namespace=dict(type="str", default="kube-system"),
+    lease_name=dict(type="str", default="gpunode-upgrade"),
+)
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 CONFLICT_PATIENCE = 120  # seconds a slot update retries lost resourceVersion races
 
 
 class Conflict(Exception):
     """Another writer changed the object since it was read (409)."""
+
+
+def connect_task(args):
+    """UpgradeApi for the task's UPGRADE_OPTIONS, or the task fails saying why."""
+    kube = client.connect_task(args, "to run the rolling upgrade")
+    return UpgradeApi(kube, args["lease_namespace"] or "kube-system", args["lease_name"] or "gpunode-upgrade")
+
+
+def unreachable(args, exc):
+    return "node %s: %s" % (args["node"], client.unreachable(
+        args["kubeconfig"], exc, "nothing more was changed", "run the upgrade again: each node resumes at its label"))
 
 
 def controller_identity():
@@ -59,16 +71,12 @@ def _start_time(pid):
         return None
 
 
-def _serialize(api_client, obj):
-    return api_client.sanitize_for_serialization(obj)
-
-
 class UpgradeApi(object):
-    def __init__(self, api_client, lease_namespace="kube-system", lease_name="gpunode-upgrade"):
-        self.client = api_client
-        self.core = k8s.CoreV1Api(api_client)
-        self.coordination = k8s.CoordinationV1Api(api_client)
-        self.policy = k8s.PolicyV1Api(api_client)
+    def __init__(self, kube, lease_namespace="kube-system", lease_name="gpunode-upgrade"):
+        self.kube = kube
+        self.core = kube.core
+        self.coordination = kube.coordination
+        self.policy = kube.policy
         self.lease_namespace = lease_namespace
         self.lease_name = lease_name
 
@@ -76,20 +84,20 @@ class UpgradeApi(object):
 
     def node(self, name):
         try:
-            return _serialize(self.client, self.core.read_node(name))
-        except cv.ApiException as exc:
+            return self.kube.to_json(self.core.read_node(name))
+        except client.ApiException as exc:
             if exc.status == 404:
                 raise ro.RolloutError("node %s does not exist in the cluster (kubectl get node %s): give the Node "
                                       "name with gpunode_node_name when it differs from the inventory name"
                                       % (name, name))
-            raise ro.RolloutError("cannot read node %s: %s" % (name, cv.api_message(exc)))
+            raise ro.RolloutError("cannot read node %s: %s" % (name, client.api_message(exc)))
 
     def gpu_nodes(self, selector):
         try:
             nodes = self.core.list_node(label_selector=selector).items
-        except cv.ApiException as exc:
-            raise ro.RolloutError("cannot list the GPU nodes (%s): %s" % (selector, cv.api_message(exc)))
-        return [ro.node_view(_serialize(self.client, node)) for node in nodes]
+        except client.ApiException as exc:
+            raise ro.RolloutError("cannot list the GPU nodes (%s): %s" % (selector, client.api_message(exc)))
+        return [ro.node_view(self.kube.to_json(node)) for node in nodes]
 
     def move_state(self, name, state, dry_run=False):
         """(previous state, changed): the node's state label moved to STATE where the state machine allows it.
@@ -104,11 +112,11 @@ class UpgradeApi(object):
 
         deadline = time.monotonic() + CONFLICT_PATIENCE
         try:
-            return cv.patch_with_version(lambda: self.node(name), decide,
+            return client.patch_with_version(lambda: self.node(name), decide,
                                          lambda patch: self.core.patch_node(name, patch), dry_run,
                                          retry_conflict=lambda conflicts: time.monotonic() < deadline)
-        except cv.ApiException as exc:
-            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, cv.api_message(exc)))
+        except client.ApiException as exc:
+            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, client.api_message(exc)))
 
     # --- the slot Lease ---
 
@@ -116,12 +124,12 @@ class UpgradeApi(object):
         """(slots, lease body or None): the Lease's slot table, {} when the Lease does not exist yet."""
         try:
             lease = self.coordination.read_namespaced_lease(self.lease_name, self.lease_namespace)
-        except cv.ApiException as exc:
+        except client.ApiException as exc:
             if exc.status == 404:
                 return {}, None
             raise ro.RolloutError("cannot read Lease %s/%s: %s" % (self.lease_namespace, self.lease_name,
-                                                                   cv.api_message(exc)))
-        body = _serialize(self.client, lease)
+                                                                   client.api_message(exc)))
+        body = self.kube.to_json(lease)
         return ro.parse_slots((body.get("metadata") or {}).get("annotations")), body
 
     def write_slots(self, slots, lease):
@@ -139,11 +147,11 @@ class UpgradeApi(object):
             body["metadata"] = dict(lease["metadata"], annotations=merged)
             body["spec"] = dict(lease.get("spec") or {}, **spec)
             self.coordination.replace_namespaced_lease(self.lease_name, self.lease_namespace, body)
-        except cv.ApiException as exc:
+        except client.ApiException as exc:
             if exc.status == 409:
-                raise Conflict(cv.api_message(exc))
+                raise Conflict(client.api_message(exc))
             raise ro.RolloutError("cannot write Lease %s/%s: %s" % (self.lease_namespace, self.lease_name,
-                                                                    cv.api_message(exc)))
+                                                                    client.api_message(exc)))
 
     def update_slots(self, change):
         """Apply change(slots) -> new table or None, retrying on conflicts; returns the table written or None.
@@ -175,11 +183,11 @@ class UpgradeApi(object):
         """{namespace/pod: namespace/pdb} for the GPU pods on the node whose budget allows no disruption now."""
         try:
             pods = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items
-        except cv.ApiException as exc:
-            raise ro.RolloutError("cannot list the pods of node %s: %s" % (node, cv.api_message(exc)))
+        except client.ApiException as exc:
+            raise ro.RolloutError("cannot list the pods of node %s: %s" % (node, client.api_message(exc)))
         waits = {}
         budgets = {}
-        for pod in (_serialize(self.client, p) for p in pods):
+        for pod in (self.kube.to_json(p) for p in pods):
             if not uses_gpu(pod):
                 continue
             namespace = pod["metadata"].get("namespace", "default")
@@ -192,11 +200,11 @@ class UpgradeApi(object):
 
     def _budgets(self, namespace):
         try:
-            return [_serialize(self.client, b) for b in
+            return [self.kube.to_json(b) for b in
                     self.policy.list_namespaced_pod_disruption_budget(namespace).items]
-        except cv.ApiException as exc:
+        except client.ApiException as exc:
             raise ro.RolloutError("cannot list the PodDisruptionBudgets of namespace %s: %s"
-                                  % (namespace, cv.api_message(exc)))
+                                  % (namespace, client.api_message(exc)))
 
 
 def uses_gpu(pod):

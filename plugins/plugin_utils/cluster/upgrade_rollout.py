@@ -166,6 +166,28 @@ def _ended_target(driver, ended, minimum):
                 row["branch"] for row in ended["supported"])))
 
 
+def resolve_target(current, target, minimum):
+    """The versions this node moves to: the given target, or (minimum) the security minimum of what it runs.
+
+    Fabric manager follows the driver (it must be exactly the driver's version) on nodes that have it."""
+    resolved = dict((key, target.get(key) or "") for key in ("driver", "toolkit", "fabricmanager"))
+    if minimum:
+        for key, product in (("driver", sm.DRIVER), ("toolkit", sm.TOOLKIT)):
+            gap = sm.shortfall(product, current.get(key))
+            resolved[key] = gap["minimum"] if gap else ""
+    if current.get("fabricmanager") and not resolved["fabricmanager"]:
+        resolved["fabricmanager"] = resolved["driver"] or current.get("driver") or ""
+    return resolved
+
+
+def driver_install(driver):
+    """{branch, version} the driver role installs for a target driver: a full version ('1:535.309.01-1') exactly
+    as '535.309.01' (epoch and package revision are the packages' business), a branch alone ('535') as the
+    branch's newest (version '')."""
+    upstream = _upstream(driver) if driver else ""
+    return {"branch": upstream.split(".")[0], "version": upstream if "." in upstream else ""}
+
+
 def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
     """{action, start, reason} for one node at the start of a run.
 

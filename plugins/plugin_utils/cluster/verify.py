@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpunode.nvidia contributors
 # Apache License 2.0
-"""Cluster-level GPU verification (controller side), with the official `kubernetes` client.
+"""Cluster-level GPU verification (controller side), through the cluster client (client.py).
 
 For each GPU node: one pod pinned to the node (nodeSelector kubernetes.io/hostname, so the
 scheduler, taints and the device plugin's nvidia.com/gpu all take part, as for a real GPU
@@ -17,34 +17,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
 import re
-import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain, explain_first
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
-
-try:
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-    from kubernetes.client.rest import ApiException
-    HAS_KUBERNETES = True
-    # The client defines its API classes on first use: CoreV1Api and its models cost about a second of CPU.
-    # Ansible loads an action plugin in its main process before it forks a worker per host and task, so naming
-    # them here lets every task of a rollout inherit them instead of defining them again.
-    API_CLASSES = (k8s.CoreV1Api, k8s.CoordinationV1Api, k8s.PolicyV1Api, k8s.NodeV1Api)
-except ImportError:  # reported by the action plugin with the install line
-    k8s = k8s_config = None
-
-    class ApiException(Exception):
-        """Never raised: keeps the except clauses valid without the kubernetes package."""
-
-    HAS_KUBERNETES = False
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import write_atomically
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.client import ApiException, api_message, k8s
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -62,71 +43,6 @@ LOG_LIMIT = 4000
 
 class VerifyError(Exception):
     pass
-
-
-def _action_fail(msg):
-    # Imported here: importing ansible.errors marks the process as Ansible's controller, which the unit
-    # tests that import this module beside in-process modules must not do at collection time.
-    from ansible.errors import AnsibleActionFail  # pylint: disable=import-outside-toplevel
-
-    return AnsibleActionFail(msg)
-
-
-def require_client(reason):
-    """Fail the task, with Ansible's missing-library text and the line that installs it, without the package."""
-    from ansible.module_utils.basic import missing_required_lib  # pylint: disable=import-outside-toplevel
-
-    if not HAS_KUBERNETES:
-        raise _action_fail("%s Install it on the controller: %s -m pip install kubernetes" % (
-            missing_required_lib("kubernetes", reason=reason), sys.executable))
-
-
-def connect_task(args, pool_size=4):
-    """connect() for a task's kubeconfig and context options; a kubeconfig that cannot be loaded fails the task."""
-    try:
-        return connect(args["kubeconfig"], args["context"], pool_size=pool_size)
-    except Exception as exc:  # the client raises several types for a bad kubeconfig
-        raise _action_fail("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
-
-
-def connect(kubeconfig, context=None, pool_size=32):
-    """An ApiClient from KUBECONFIG, with a connection pool big enough for the worker threads."""
-    configuration = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
-                                persist_config=False)
-    configuration.connection_pool_maxsize = max(pool_size, 4)
-    return k8s.ApiClient(configuration)
-
-
-def api_message(exc):
-    """The API server's own message from an ApiException (its Status body), else the exception."""
-    body = getattr(exc, "body", None)
-    try:
-        return json.loads(body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return "%s %s" % (getattr(exc, "status", ""), getattr(exc, "reason", None) or exc)
-
-
-def patch_with_version(read, decide, write, dry_run, retry_conflict):
-    """(outcome, changed): read an object, decide a patch on what was read, write it with the read resourceVersion.
-
-    decide(obj) -> (patch or None, outcome); None writes nothing, and a dry run writes nothing either. A 409 Conflict
-    means another writer came between the read and the write: read and decide again while retry_conflict(conflicts)
-    is true, else raise that 409. Every other ApiException is the caller's to explain."""
-    conflicts = 0
-    while True:
-        obj = read()
-        patch, outcome = decide(obj)
-        if patch is None or dry_run:
-            return outcome, patch is not None
-        patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
-        try:
-            write(patch)
-            return outcome, True
-        except ApiException as exc:
-            conflicts += 1
-            if exc.status != 409 or not retry_conflict(conflicts):
-                raise
 
 
 def pod_name(node):
@@ -164,11 +80,11 @@ def node_summary(node):
 class ClusterVerifier:
     """One verification run against one cluster."""
 
-    def __init__(self, api_client, namespace="default", runtime_class="nvidia", handler="nvidia",
+    def __init__(self, kube, namespace="default", runtime_class="nvidia", handler="nvidia",
                  image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04",
                  pull_policy="IfNotPresent", tolerations=None, timeout=300, poll_interval=2.0, gpus=1):
-        self.core = k8s.CoreV1Api(api_client)
-        self.node_api = k8s.NodeV1Api(api_client)
+        self.core = kube.core
+        self.node_api = kube.node_api
         self.namespace = namespace
         self.runtime_class = runtime_class
         self.handler = handler
@@ -417,16 +333,5 @@ def summary_table(results):
 
 
 def write_report(path, report):
-    """JSON report, written atomically (temp file beside it, then rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-    handle, temp = tempfile.mkstemp(prefix=".gpu-verify-", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump(report, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.rename(temp, path)
-    except Exception:
-        os.unlink(temp)
-        raise
+    """The JSON report, written atomically."""
+    write_atomically(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
