@@ -16,11 +16,10 @@ import time
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
 
-ARGUMENT_SPEC = dict(
-    kubeconfig=dict(type="path"),
-    context=dict(type="str"),
+ARGUMENT_SPEC = client.kube_options(
     namespace=dict(type="str", default="default"),
     runtime_class=dict(type="str", default="nvidia"),
     runtime_handler=dict(type="str", default="nvidia"),
@@ -57,23 +56,23 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        cv.require_client("to run the cluster check")
+        client.require_client("to run the cluster check")
         if args["timeout"] <= 0 or args["parallelism"] <= 0 or args["poll_interval"] <= 0:
             raise AnsibleActionFail("timeout, parallelism and poll_interval must be positive")
         try:
             result.update(self._check(args))
-        except cv.VerifyError as exc:
+        except (cv.VerifyError, client.KubeconfigError) as exc:
             result.update(failed=True, changed=False, msg=str(exc))
+        except client.TransportError as exc:
+            result.update(failed=True, changed=False, msg=client.unreachable(
+                args["kubeconfig"], exc, "the check stopped there", "run it again"))
         return result
 
     def _check(self, args):
         started = time.time()
-        try:
-            api = cv.connect(args["kubeconfig"], args["context"], pool_size=args["parallelism"])
-        except Exception as exc:  # the client raises several types for a bad kubeconfig
-            raise cv.VerifyError("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
+        kube = client.connect(args["kubeconfig"], args["context"], pool_size=args["parallelism"])
         verifier = cv.ClusterVerifier(
-            api, namespace=args["namespace"], runtime_class=args["runtime_class"], handler=args["runtime_handler"],
+            kube, namespace=args["namespace"], runtime_class=args["runtime_class"], handler=args["runtime_handler"],
             image=args["image"], pull_policy=args["image_pull_policy"], tolerations=args["tolerations"],
             timeout=args["timeout"], poll_interval=args["poll_interval"], gpus=args["gpus_per_pod"])
         targets = node_targets(args["nodes"])

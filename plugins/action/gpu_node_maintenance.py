@@ -3,8 +3,8 @@
 # Apache License 2.0
 """gpunode.nvidia.gpu_node_maintenance: runs on the controller only (kubeconfig + kubernetes client).
 
-The documentation is in plugins/modules/gpu_node_maintenance.py; the work is in
-plugins/plugin_utils/cluster/maintenance.py.
+The documentation is in plugins/modules/gpu_node_maintenance.py; the decisions are in
+plugins/plugin_utils/cluster/maintenance_plan.py, the API calls in plugins/plugin_utils/cluster/maintenance_api.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,14 +14,14 @@ __metaclass__ = type
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import maintenance_plan as mp
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import maintenance as nm
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.maintenance_api import NodeMaintenance
 
-ARGUMENT_SPEC = dict(
-    kubeconfig=dict(type="path"),
-    context=dict(type="str"),
+ARGUMENT_SPEC = client.kube_options(
     node=dict(type="str", required=True),
-    step=dict(type="str", required=True, choices=list(nm.STEPS)),
+    step=dict(type="str", required=True, choices=list(mp.STEPS)),
     owner=dict(type="str", default="maintenance"),
     job_selector=dict(type="str"),
     timeout=dict(type="int", default=300),
@@ -39,7 +39,7 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        cv.require_client("for node maintenance")
+        client.require_client("for node maintenance")
         if args["timeout"] <= 0 or args["retry_interval"] <= 0:
             raise AnsibleActionFail("timeout and retry_interval must be positive")
         if not args["owner"].strip():
@@ -47,24 +47,20 @@ class ActionModule(ValidatedAction):
         result.update(step=args["step"], node=args["node"])
         try:
             result.update(self._step(args))
-        except nm.MaintenanceError as exc:
+        except (mp.MaintenanceError, client.KubeconfigError) as exc:
             result.update(failed=True, changed=False, msg=str(exc))
-        except cv.ApiException as exc:
+        except client.ApiException as exc:
             result.update(failed=True, changed=False, msg="step %s on node %s: the Kubernetes API answered %s" % (
-                args["step"], args["node"], cv.api_message(exc)))
-        except nm.TransportError as exc:
-            result.update(failed=True, changed=False, msg=(
-                "step %s on node %s: cannot reach the Kubernetes API of kubeconfig %s (%s); the step stopped there. "
-                "Check the server address and that it answers from the controller, then run it again" % (
-                    args["step"], args["node"], args["kubeconfig"] or "(default)", exc.__class__.__name__)))
+                args["step"], args["node"], client.api_message(exc)))
+        except client.TransportError as exc:
+            result.update(failed=True, changed=False, msg="step %s on node %s: %s" % (
+                args["step"], args["node"], client.unreachable(args["kubeconfig"], exc, "the step stopped there",
+                                                               "run it again")))
         return result
 
     def _step(self, args):
-        try:
-            api = cv.connect(args["kubeconfig"], args["context"], pool_size=4)
-        except Exception as exc:  # the client raises several types for a bad kubeconfig
-            raise nm.MaintenanceError("cannot load kubeconfig %s: %s" % (args["kubeconfig"] or "(default)", exc))
-        maintenance = nm.NodeMaintenance(api, args["node"], args["owner"].strip(), timeout=args["timeout"],
+        kube = client.connect(args["kubeconfig"], args["context"])
+        maintenance = NodeMaintenance(kube, args["node"], args["owner"].strip(), timeout=args["timeout"],
                                          retry_interval=args["retry_interval"], check_mode=self._task.check_mode)
         step = args["step"]
         if step == "cordon":
@@ -81,7 +77,7 @@ class ActionModule(ValidatedAction):
             return maintenance.resume_operands()
         if step == "label":
             return maintenance.label(self._labels(args["labels"]))
-        return maintenance.validate(args["expected_allocatable"], self._verifier(api, args))
+        return maintenance.validate(args["expected_allocatable"], self._verifier(kube, args))
 
     @staticmethod
     def _labels(labels):
@@ -92,10 +88,10 @@ class ActionModule(ValidatedAction):
                     for name, value in labels.items())
 
     @staticmethod
-    def _verifier(api, args):
+    def _verifier(kube, args):
         """The vector-add pod of gpu_cluster_check, tolerating the cordon this maintenance holds."""
         if not args["validate_pod"]:
             return None
-        return cv.ClusterVerifier(api, image=args["pod_image"], timeout=args["timeout"],
+        return cv.ClusterVerifier(kube, image=args["pod_image"], timeout=args["timeout"],
                                   poll_interval=min(args["retry_interval"], 2.0),
-                                  tolerations=cv.DEFAULT_TOLERATIONS + [nm.UNSCHEDULABLE_TOLERATION])
+                                  tolerations=cv.DEFAULT_TOLERATIONS + [mp.UNSCHEDULABLE_TOLERATION])

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import device_plugin_config as dpc
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.action import ValidatedAction
@@ -21,9 +22,7 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 DEVICE_PLUGIN_DEPLOY = "nvidia.com/gpu.deploy.device-plugin"
 OPERATOR_LABEL_PREFIX = "nvidia.com/gpu.deploy."
-ARGUMENT_SPEC = dict(
-    kubeconfig=dict(type="path"),
-    context=dict(type="str"),
+ARGUMENT_SPEC = client.kube_options(
     node=dict(type="str", required=True),
     step=dict(type="str", required=True, choices=["detect_operator", "mig_config", "sharing", "dra"]),
     mig_config=dict(type="str"),
@@ -43,17 +42,19 @@ class ActionModule(ValidatedAction):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self.validated_args()
-        cv.require_client("to label the node")
-        api = cv.connect_task(args)
+        kube = client.connect_task(args, "to label the node")
         step = {"detect_operator": self._detect_operator, "mig_config": self._mig_config,
                 "sharing": self._sharing, "dra": self._dra}[args["step"]]
         try:
-            result.update(step(cv.k8s.CoreV1Api(api), args))
+            result.update(step(kube.core, args))
         except (dpc.SharingError, cv.VerifyError) as exc:
             result.update(failed=True, changed=False, msg=str(exc))
-        except cv.ApiException as exc:
+        except client.ApiException as exc:
             result.update(failed=True, changed=False, msg="Kubernetes API: %s (node %s, step %s)" % (
-                cv.api_message(exc), args["node"], args["step"]))
+                client.api_message(exc), args["node"], args["step"]))
+        except client.TransportError as exc:
+            result.update(failed=True, changed=False, msg="node %s, step %s: %s" % (
+                args["node"], args["step"], kube.unreachable(exc, "the step stopped there", "run it again")))
         return result
 
     def _labels(self, core, name):
@@ -116,7 +117,7 @@ class ActionModule(ValidatedAction):
         namespace, name = wanted["metadata"]["namespace"], wanted["metadata"]["name"]
         try:
             current = core.read_namespaced_config_map(name, namespace)
-        except cv.ApiException as exc:
+        except client.ApiException as exc:
             if exc.status != 404:
                 raise
             current = None

@@ -86,8 +86,9 @@ class Context(object):
         return evidence
 
 
-def finding(rule, message, evidence, fix, severity=None):
-    return {"rule": rule.id, "severity": severity or rule.severity, "incident": rule.incident,
+def finding(rule, message, evidence, fix, severity=None, incident=None):
+    """One finding of RULE (node or cluster); SEVERITY and INCIDENT override the rule's when this case is another."""
+    return {"rule": rule.id, "severity": severity or rule.severity, "incident": incident or rule.incident,
             "title": rule.title, "message": message, "evidence": [e for e in evidence if e], "fix": fix}
 
 

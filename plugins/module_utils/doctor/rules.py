@@ -55,7 +55,10 @@ SEVERITIES = ("critical", "warning", "info")
 
 
 class Rule(object):
-    def __init__(self, rule_id, severity, incident, title, check):
+    """A catalogue entry; CHECK(rule, ctx) runs it on a node (the cluster rules, plugin_utils/doctor/cluster.py, have
+    none: they run on the controller over the API's JSON)."""
+
+    def __init__(self, rule_id, severity, incident, title, check=None):
         self.id = rule_id
         self.severity = severity
         self.incident = incident

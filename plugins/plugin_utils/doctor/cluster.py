@@ -5,9 +5,10 @@
 
 ``cluster_findings(nodes, runtimeclasses, pods, events)`` takes plain dicts (the
 ``items`` of NodeList, RuntimeClassList, PodList and EventList) so the rules can
-be tested with recorded JSON and run against any client. ``read_cluster(api)``
-fetches them with the official ``kubernetes`` client. Findings have the node
-rules' shape (see module_utils/doctor/rules.py); their evidence kind is ``api``.
+be tested with recorded JSON and run against any client. ``read_cluster(kube)``
+fetches them through the cluster client (plugin_utils/cluster/client.py). Rules and
+findings are the node doctor's own (module_utils/doctor/rules.py ``Rule``,
+module_utils/doctor/context.py ``finding``); their evidence kind is ``api``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,38 +17,35 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.context import finding
+from ansible_collections.gpunode.nvidia.plugins.module_utils.doctor.rules import Rule
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain import explain
 
 GPU_LABELS = (("nvidia.com/gpu.present", "true"), ("feature.node.kubernetes.io/pci-10de.present", "true"))
 MAX_POD_FINDINGS = 20
 
 
-class ClusterRule(object):
-    def __init__(self, rule_id, severity, incident, title):
-        self.id = rule_id
-        self.severity = severity
-        self.incident = incident
-        self.title = title
-
-    def describe(self):
-        return {"id": self.id, "severity": self.severity, "incident": self.incident, "title": self.title}
-
-
+# The cluster rules have no check of their own: cluster_findings runs them on the API's JSON, on the controller.
 CLUSTER_CATALOGUE = (
-    ClusterRule("cluster-unreachable", "critical", None, "The Kubernetes API could not be read"),
-    ClusterRule("cluster-gpu-not-allocatable", "critical", None,
-                "GPU node advertises no nvidia.com/gpu (device plugin not registered)"),
-    ClusterRule("cluster-gpu-node-not-ready", "critical", "I3", "GPU node is NotReady"),
-    ClusterRule("cluster-runtimeclass-missing", "critical", None, "The nvidia RuntimeClass is missing or wrong"),
-    ClusterRule("cluster-gpu-pod-pending", "critical", None, "GPU pod pending"),
+    Rule("cluster-unreachable", "critical", None, "The Kubernetes API could not be read"),
+    Rule("cluster-gpu-not-allocatable", "critical", None,
+         "GPU node advertises no nvidia.com/gpu (device plugin not registered)"),
+    Rule("cluster-gpu-node-not-ready", "critical", "I3", "GPU node is NotReady"),
+    Rule("cluster-runtimeclass-missing", "critical", None, "The nvidia RuntimeClass is missing or wrong"),
+    Rule("cluster-gpu-pod-pending", "critical", None, "GPU pod pending"),
 )
 CLUSTER_RULES = dict((rule.id, rule) for rule in CLUSTER_CATALOGUE)
 
 
-def cluster_finding(rule_id, message, evidence, fix, incident=None, severity=None):
-    rule = CLUSTER_RULES[rule_id]
-    return {"rule": rule.id, "severity": severity or rule.severity, "incident": incident or rule.incident,
-            "title": rule.title, "message": message, "evidence": evidence, "fix": fix}
+def unreachable_finding(kubeconfig, exc):
+    """The finding when the API cannot be read: a kubeconfig that cannot be loaded, no answer, or a refusal."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return finding(
+        CLUSTER_RULES["cluster-unreachable"],
+        "The Kubernetes API named by %s could not be read: %s" % (kubeconfig, text),
+        [api_evidence(kubeconfig, type(exc).__name__)],
+        _fix("Check the kubeconfig (server, credentials, context) and that the API server answers from the "
+             "controller.", ["kubectl --kubeconfig %s get nodes" % kubeconfig]))
 
 
 def api_evidence(obj, text):
@@ -96,8 +94,8 @@ def not_allocatable(node, resource):
     if gpu_labels:
         evidence.append(api_evidence("node/%s" % name, "labels: %s" % ", ".join(
             "%s=%s" % kv for kv in sorted(gpu_labels.items()))))
-    return cluster_finding(
-        "cluster-gpu-not-allocatable",
+    return finding(
+        CLUSTER_RULES["cluster-gpu-not-allocatable"],
         "Node %s has GPUs but advertises no %s: the NVIDIA device plugin is not registered with its kubelet "
         "(not running there, or it cannot see the GPUs because the runtime has no nvidia runtime)." % (name, resource),
         evidence, _fix("Run gpunode.nvidia.diagnose for the node's runtime findings; check the device plugin pod on "
@@ -113,8 +111,8 @@ def not_ready(node):
         if condition.get("type") == "Ready" and condition.get("status") != "True":
             message = condition.get("message") or condition.get("reason") or ""
             known = explain(message, {"node": name}) or explain("NotReady", {"node": name})
-            return cluster_finding(
-                "cluster-gpu-node-not-ready", "GPU node %s is NotReady: %s" % (name, message),
+            return finding(
+                CLUSTER_RULES["cluster-gpu-node-not-ready"], "GPU node %s is NotReady: %s" % (name, message),
                 [api_evidence("node/%s" % name, "Ready=%s reason=%s: %s" % (
                     condition.get("status"), condition.get("reason"), message))],
                 _fix(known["fix"], ["systemctl status kubelet", "journalctl -u kubelet -n 50"]),
@@ -128,16 +126,18 @@ def runtimeclass_problem(runtimeclasses, name, handler):
                 "handler": handler}
     command = "kubectl apply -f - <<'EOF'\n%s\nEOF" % json.dumps(manifest)
     if found is None:
-        return cluster_finding(
-            "cluster-runtimeclass-missing", "The cluster has no RuntimeClass %s: pods with runtimeClassName: %s are "
+        return finding(
+            CLUSTER_RULES["cluster-runtimeclass-missing"],
+            "The cluster has no RuntimeClass %s: pods with runtimeClassName: %s are "
             "rejected (found: %s)." % (name, name, ", ".join(sorted(
                 (rc.get("metadata") or {}).get("name", "?") for rc in runtimeclasses)) or "none"),
             [api_evidence("runtimeclasses.node.k8s.io", "no object named %s" % name)],
             _fix("Create the RuntimeClass (the role gpu_verify does when gpunode_kubeconfig is set).", [command],
                  manifest))
     if found.get("handler") != handler:
-        return cluster_finding(
-            "cluster-runtimeclass-missing", "RuntimeClass %s has handler %r, not %r: its pods ask the runtime for a "
+        return finding(
+            CLUSTER_RULES["cluster-runtimeclass-missing"],
+            "RuntimeClass %s has handler %r, not %r: its pods ask the runtime for a "
             "runtime the nodes do not have." % (name, found.get("handler"), handler),
             [api_evidence("runtimeclass/%s" % name, "handler: %s" % found.get("handler"))],
             _fix("Recreate it with handler %s (handler is immutable)." % handler,
@@ -197,8 +197,9 @@ def pending_pod(pod, events, nodes_by_name, resource, runtime_class):
     evidence = [api_evidence("pod/%s" % ref, "phase Pending%s" % (" on node %s" % node_name if node_name else ""))]
     evidence += [api_evidence("event/%s" % ref, "%s: %s" % m) for m in messages[:3]]
     cause = known["cause"] if known else (why[1] if why else "no event explains it yet")
-    return cluster_finding(
-        "cluster-gpu-pod-pending", "GPU pod %s is Pending%s: %s" % (ref, " on %s" % node_name if node_name else "", cause),
+    return finding(
+        CLUSTER_RULES["cluster-gpu-pod-pending"],
+        "GPU pod %s is Pending%s: %s" % (ref, " on %s" % node_name if node_name else "", cause),
         evidence, _fix(known["fix"] if known else "Read the pod's events (kubectl describe pod).",
                        ["kubectl -n %s describe pod %s" % (meta.get("namespace"), meta.get("name"))]),
         incident=known.get("incident") if known else None)
@@ -222,19 +223,16 @@ def cluster_findings(nodes, runtimeclasses, pods, events, gpu_nodes=(), resource
     for pod in pending[:MAX_POD_FINDINGS]:
         findings.append(pending_pod(pod, events, by_name, resource, runtime_class))
     if len(pending) > MAX_POD_FINDINGS:
-        findings.append(cluster_finding("cluster-gpu-pod-pending", "%d more GPU pods are Pending." % (
+        findings.append(finding(CLUSTER_RULES["cluster-gpu-pod-pending"], "%d more GPU pods are Pending." % (
             len(pending) - MAX_POD_FINDINGS), [], _fix("kubectl get pods -A --field-selector status.phase=Pending")))
     return {"gpu_nodes": sorted((n.get("metadata") or {}).get("name") for n in gpu), "findings": findings}
 
 
 # --- reading the API ------------------------------------------------------------------------------------
 
-def read_cluster(api_client, resource="nvidia.com/gpu", timeout=20):
-    """(nodes, runtimeclasses, pending GPU pods, their events) as JSON items, read with a
-    kubernetes.client.ApiClient."""
-    from kubernetes import client  # controller-side dependency (requirements.txt)
-
-    core, node_api = client.CoreV1Api(api_client), client.NodeV1Api(api_client)
+def read_cluster(kube, resource="nvidia.com/gpu", timeout=20):
+    """(nodes, runtimeclasses, pending GPU pods, their events) as JSON items, read through a client.Kube."""
+    core, node_api = kube.core, kube.node_api
 
     def items(call, **kwargs):
         response = call(_preload_content=False, _request_timeout=timeout, **kwargs)

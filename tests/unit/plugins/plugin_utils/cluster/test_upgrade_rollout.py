@@ -255,3 +255,29 @@ def test_limits_hold_for_any_sequence_of_acquire_and_release(cluster):
             assert len(slots) <= parallel
             assert len(initially_unavailable | set(slots)) <= limit
         assert all(slot["holder"] in ("c1", "c2") for slot in slots.values())
+
+
+# --- the target and how the driver role installs it ------------------------------------------------------------
+
+def test_the_target_given_is_the_target_and_fabric_manager_follows_the_driver():
+    current = {"driver": "535.288.01", "toolkit": "1.17.8", "fabricmanager": "535.288.01"}
+    assert ro.resolve_target(current, {"driver": "535.309.01"}, minimum=False) == {
+        "driver": "535.309.01", "toolkit": "", "fabricmanager": "535.309.01"}
+    # no fabric manager on the node: none in the target
+    assert ro.resolve_target({"driver": "535.288.01"}, {"driver": "535.309.01"}, False)["fabricmanager"] == ""
+
+
+def test_minimum_targets_the_security_minimum_of_the_branch_each_node_runs():
+    below = ro.resolve_target({"driver": "535.288.01"}, {"driver": "580.178.04"}, minimum=True)
+    at = ro.resolve_target({"driver": "535.309.01"}, {}, minimum=True)
+    assert below["driver"] == "535.309.01" and at["driver"] == ""
+
+
+@pytest.mark.parametrize("driver, branch, version", [
+    ("535.309.01", "535", "535.309.01"),
+    ("1:535.309.01-1ubuntu1", "535", "535.309.01"),  # epoch and package revision: the packages' business
+    ("535", "535", ""),  # a branch alone: its newest
+    ("", "", ""),
+])
+def test_the_driver_role_gets_the_branch_and_the_exact_version_parsed_once(driver, branch, version):
+    assert ro.driver_install(driver) == {"branch": branch, "version": version}

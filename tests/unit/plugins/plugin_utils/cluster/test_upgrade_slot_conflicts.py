@@ -2,7 +2,7 @@
 error; a state label is checked and written as one, so a late writer cannot undo a finished node."""
 import pytest
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
 
@@ -56,7 +56,7 @@ class Labelled(upgrade_api.UpgradeApi):
             self.state, self.writer = self.writer, None
             self.version += 1
         if body["metadata"]["resourceVersion"] != str(self.version):
-            raise cv.ApiException(status=409, reason="Conflict")
+            raise client.ApiException(status=409, reason="Conflict")
         self.state = body["metadata"]["labels"][ro.STATE_LABEL]
         self.version += 1
 

@@ -1,4 +1,4 @@
-"""NodeMaintenance (plugins/plugin_utils/cluster/maintenance.py) in-process against the Kubernetes API STAND-IN.
+"""NodeMaintenance (plugins/plugin_utils/cluster/maintenance_api.py) in-process against the Kubernetes API STAND-IN.
 
 No ansible and no containers: the class speaks to the stand-in with the real `kubernetes` client. These cover what
 the action tests cannot time: a concurrent writer between the read and the write of a node.
@@ -10,8 +10,9 @@ import pytest
 from unit_paths import UNIT_DIR
 
 pytest.importorskip("kubernetes")
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv  # noqa: E402
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import maintenance as nm  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import maintenance_api  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.maintenance_plan import MaintenanceError  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(UNIT_DIR), "testbed"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
@@ -20,12 +21,12 @@ from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 @pytest.fixture
 def api(tmp_path):
     standin = KubeApiStandin([Node("gpu-1")]).start()
-    standin.client = cv.connect(standin.write_kubeconfig(str(tmp_path / "kubeconfig")))
+    standin.client = client.connect(standin.write_kubeconfig(str(tmp_path / "kubeconfig")))
     yield standin
     standin.stop()
 
 
-class RacedMaintenance(nm.NodeMaintenance):
+class RacedMaintenance(maintenance_api.NodeMaintenance):
     """Another controller labels the node right after each of the first `races` reads."""
 
     def __init__(self, standin, races, *args, **kwargs):
@@ -55,7 +56,7 @@ def test_a_concurrent_write_is_a_conflict_and_the_step_decides_again(api):
 
 
 def test_a_node_that_keeps_changing_fails_clearly(api):
-    with pytest.raises(nm.MaintenanceError) as exc:
+    with pytest.raises(MaintenanceError) as exc:
         RacedMaintenance(api, 99, api.client, "gpu-1", "upgrade").cordon()
     assert str(exc.value) == ("node gpu-1 changed under every one of 5 attempts to update it (409 Conflict each "
                               "time); another controller is writing it: try again")
@@ -63,27 +64,27 @@ def test_a_node_that_keeps_changing_fails_clearly(api):
 
 
 def test_an_unknown_node_names_the_fix(api):
-    with pytest.raises(nm.MaintenanceError, match="node gpu-9 is not in the cluster: give the Kubernetes node name"):
-        nm.NodeMaintenance(api.client, "gpu-9", "upgrade").cordon()
+    with pytest.raises(MaintenanceError, match="node gpu-9 is not in the cluster: give the Kubernetes node name"):
+        maintenance_api.NodeMaintenance(api.client, "gpu-9", "upgrade").cordon()
 
 
 PENDING = "gpunode.nvidia/secure-boot-enrollment-pending"
 
 
 def test_label_is_set_removed_and_check_mode_writes_nothing(api):
-    would = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot", check_mode=True).label({PENDING: "true"})
+    would = maintenance_api.NodeMaintenance(api.client, "gpu-1", "secure-boot", check_mode=True).label({PENDING: "true"})
     assert would["changed"] is True and would["would"] == "set %s=true on node gpu-1" % PENDING
     assert not patches(api) and PENDING not in api.node("gpu-1")["metadata"]["labels"]
-    labelled = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: "true"})
+    labelled = maintenance_api.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: "true"})
     assert labelled["changed"] is True and api.node("gpu-1")["metadata"]["labels"][PENDING] == "true"
-    again = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: "true"})
+    again = maintenance_api.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: "true"})
     assert again["changed"] is False and len(patches(api)) == 1
-    removed = nm.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: None})
+    removed = maintenance_api.NodeMaintenance(api.client, "gpu-1", "secure-boot").label({PENDING: None})
     assert removed["msg"] == "node gpu-1: remove %s" % PENDING
     assert PENDING not in api.node("gpu-1")["metadata"]["labels"]
 
 
 def test_a_node_not_yet_in_the_cluster_is_reported_not_labelled(api):
-    result = nm.NodeMaintenance(api.client, "gpu-9", "secure-boot").label({PENDING: "true"})
+    result = maintenance_api.NodeMaintenance(api.client, "gpu-9", "secure-boot").label({PENDING: "true"})
     assert result["changed"] is False and result["node_found"] is False
     assert result["msg"].startswith("node gpu-9 is not in the cluster (kubectl get nodes): no label set")
