@@ -20,6 +20,7 @@ description:
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - gpunode.nvidia.kubernetes
   - gpunode.nvidia.attributes
   - gpunode.nvidia.attributes.action
 options:
@@ -27,9 +28,6 @@ options:
     description: Path of the kubeconfig on the controller.
     type: path
     required: true
-  context:
-    description: Context of the kubeconfig to use; its current context by default.
-    type: str
   gpu_nodes:
     description: Kubernetes node names to treat as GPU nodes even without GPU labels or capacity.
     type: list
