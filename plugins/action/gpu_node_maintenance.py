@@ -61,7 +61,7 @@ class ActionModule(ValidatedAction):
     def _step(self, args):
         kube = client.connect(args["kubeconfig"], args["context"])
         maintenance = NodeMaintenance(kube, args["node"], args["owner"].strip(), timeout=args["timeout"],
-                                         retry_interval=args["retry_interval"], check_mode=self._task.check_mode)
+                                      retry_interval=args["retry_interval"], check_mode=self._task.check_mode)
         step = args["step"]
         if step == "cordon":
             return maintenance.cordon()

@@ -83,4 +83,3 @@ class ActionModule(ValidatedAction):
         api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
         moved = "%s: %s -> %s" % (args["node"], current or "(none)", args["state"])
         return dict(changed=True, state=args["state"], previous=current, msg=moved)
-

@@ -151,9 +151,9 @@ target:
   type: dict
 driver_install:
   description: >-
-    How the driver role installs the target driver, parsed once from RV(target.driver) - C(branch) (V(535)) and
-    C(version), the exact version to install (an epoch or package revision dropped), empty for a branch alone
-    (its newest).
+    How the driver role installs the target driver, parsed once from the C(driver) of RV(target) - C(branch)
+    (V(535)) and C(version), the exact version to install (an epoch or package revision dropped), empty for a
+    branch alone (its newest).
   returned: when O(op=read) or O(op=plan)
   type: dict
   sample: {branch: "535", version: "535.309.01"}

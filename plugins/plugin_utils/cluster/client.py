@@ -28,7 +28,8 @@ try:
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
     from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError as TransportError  # what the client raises when no server answers
+    # What the client raises when no server answers; the callers catch it from here.
+    from urllib3.exceptions import HTTPError as TransportError  # pylint: disable=unused-import
     HAS_KUBERNETES = True
     # The client defines its API classes on first use: CoreV1Api and its models cost about a second of CPU.
     # Ansible loads an action plugin in its main process before it forks a worker per host and task, so naming

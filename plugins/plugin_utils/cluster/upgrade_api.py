@@ -113,8 +113,8 @@ class UpgradeApi(object):
         deadline = time.monotonic() + CONFLICT_PATIENCE
         try:
             return client.patch_with_version(lambda: self.node(name), decide,
-                                         lambda patch: self.core.patch_node(name, patch), dry_run,
-                                         retry_conflict=lambda conflicts: time.monotonic() < deadline)
+                                             lambda patch: self.core.patch_node(name, patch), dry_run,
+                                             retry_conflict=lambda conflicts: time.monotonic() < deadline)
         except client.ApiException as exc:
             raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, client.api_message(exc)))
 

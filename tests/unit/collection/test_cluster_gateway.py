@@ -37,8 +37,8 @@ def test_no_action_imports_another_action():
 def test_every_cluster_module_is_in_the_group_documents_the_fragment_and_takes_kube_options():
     with open(os.path.join(REPO, "meta", "runtime.yml")) as handle:
         group = sorted(yaml.safe_load(handle)["action_groups"]["cluster"])
-    documented = sorted(os.path.basename(path)[:-3] for path in glob.glob(os.path.join(REPO, "plugins", "modules",
-                                                                                        "*.py"))
+    modules = glob.glob(os.path.join(REPO, "plugins", "modules", "*.py"))
+    documented = sorted(os.path.basename(path)[:-3] for path in modules
                         if "  - gpunode.nvidia.kubernetes\n" in read(path))
     assert group == documented and len(group) == 6
     for name in group:
