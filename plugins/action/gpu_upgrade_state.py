@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.client import TransportError
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(REPO, ".cache", "collections"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 from test_upgrade_rollout import Rollout  # noqa: E402
 
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import verify as cv  # noqa: E402
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro  # noqa: E402
 
@@ -108,8 +108,8 @@ def simulated_figures():
     workdir = tempfile.mkdtemp(prefix="bench-upgrade-")
     server, kubeconfig = standin_process(names, workdir)
     try:
-        client = cv.connect(kubeconfig, pool_size=SIM_NODES)
-        upgrade = upgrade_api.UpgradeApi(client)
+        kube = client.connect(kubeconfig, pool_size=SIM_NODES)
+        upgrade = upgrade_api.UpgradeApi(kube)
         errors = []
         threads = [threading.Thread(target=simulated_node, args=(upgrade, name, "bench/%s" % name, errors))
                    for name in names]
