@@ -93,7 +93,7 @@ CONTAINED = ("test_bake_pipeline.py", "test_driver_integrity.py", "test_fabricma
              "test_kernel_guard.py", "test_partitioning_role.py", "test_site_contract.py",
              "test_toolkit_cve_guard.py", "test_upgrade_nodes.py", "test_doctor_html.py",
              "test_gpu_verify_cluster.py", "test_node_maintenance.py", "test_partitioning_cluster.py",
-             "test_doctor_cluster_live.py", "test_recipes.py")
+             "test_doctor_cluster_live.py", "test_recipes.py", "test_awx_runner.py")
 # Contained files whose tests share no module fixture and take minutes each: every test is a unit of its own.
 PER_TEST = ("test_upgrade_rollout.py", "test_driver_install.py", "test_toolkit_install.py")
 # The units that take minutes, longest first (durations of a parallel run): they start first, in this order,

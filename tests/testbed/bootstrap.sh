@@ -63,7 +63,7 @@ PY
 
 venv() {
   local stamp=.venv/.requirements.sha256 want link=.cache/collections/ansible_collections/gpunode/nvidia
-  want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+  want=$(cat meta/requirements.txt requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "creating the Python venv (.venv)"
     python3 -m venv .venv
