@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """One AWX job: a playbook run through ansible-runner's Python API, as AWX's job task calls it.
 
-    awx_job.py PRIVATE_DATA_DIR PLAYBOOK INVENTORY
+    python awx_job.py PRIVATE_DATA_DIR PLAYBOOK INVENTORY
 
 AWX writes the private data directory (project/, inventory, env/extravars, env/envvars), then calls
 ansible_runner.run() on it and reads the run's status and rc (the job's state) and the playbook_on_stats
