@@ -317,8 +317,8 @@ class ActionModule(ValidatedAction):
             )
         after = effective.load_dump(candidate["command_stdout"])
         intended, unintended = effective.compare(effective.without_imports(before), effective.without_imports(after),
-                                                 args["name"], args["state"])
-        problems = effective.check_effect(after, edit.plan, args["binary"], args["set_as_default"], args["state"])
+                                                 edit.planned_keys, args["state"])
+        problems = effective.check_effect(after, edit, args["name"], args["state"], current.get("binary_version"))
         if unintended or problems:
             raise effective.GuardError(effective.guard_message(args, edit, files, unintended, problems))
         return True, intended, []

@@ -119,7 +119,7 @@ def test_a_version_1_file_is_edited_where_this_containerd_reads(containerd, tmp_
     nvidia = runtime_in_dump(after, "nvidia")
     assert nvidia["options"]["BinaryName"] == BINARY and default_in_dump(after) == "nvidia"
     assert nvidia["options"].get("SystemdCgroup", False) is (dist.major < 2)  # as containerd ran the runtime pods used
-    assert not compare(before, after, "nvidia")[1]
+    assert not compare(before, after, plan.planned_keys)[1]
     assert any("version 1 file" in warning for warning in plan.warnings) == (dist.major >= 2)
     restored = plan_runtime_edit(plan.text, "config.toml", state="absent", containerd_version=version)
     assert restored.text == VERSION_1 and dump(dist, restored.text, tmp_path) == before
@@ -144,7 +144,7 @@ def test_a_version_3_file_on_containerd_1(containerd, tmp_path):
         plan = plan_runtime_edit(text, "config.toml", binary=BINARY, set_as_default=True, containerd_version=version)
         after = dump(dist, plan.text, tmp_path)
         assert runtime_in_dump(after, "nvidia")["options"]["BinaryName"] == BINARY
-        assert default_in_dump(after) == "nvidia" and not compare(before, after, "nvidia")[1]
+        assert default_in_dump(after) == "nvidia" and not compare(before, after, plan.planned_keys)[1]
 
 
 def test_a_header_newer_than_containerd_2_1_reads_is_refused(containerd, tmp_path):

@@ -289,9 +289,9 @@ def edited(dist, text, tmp_path, **args):
     new_text = edit.changes.get(containerd_target.DEFAULT_PATH, text)
     after = config_dump(dist, new_text, tmp_path)
     _intended, unintended = effective.compare(effective.without_imports(before), effective.without_imports(after),
-                                              "nvidia", plan_args["state"])
+                                              edit.planned_keys, plan_args["state"])
     assert unintended == [], unintended
-    assert effective.check_effect(after, edit.plan, BINARY, plan_args["set_as_default"], plan_args["state"]) == []
+    assert effective.check_effect(after, edit, "nvidia", plan_args["state"], dist.version) == []
     return new_text, before, after, edit
 
 

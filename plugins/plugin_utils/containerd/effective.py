@@ -25,7 +25,7 @@ import posixpath
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text, mask_value
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
-    CRI_DUMP_PLUGINS, ConfigError, get_path, parse, require_tomlkit)
+    CRI_DUMP_PLUGINS, ConfigError, get_path, parse, release_of, require_tomlkit)
 
 
 class GuardError(Exception):
@@ -53,30 +53,35 @@ def flatten(data, prefix=()):
     return flat
 
 
-def is_intended(path, name, restored=()):
-    """Keys the runtime edit may change: the runtime's table, the default runtime, CDI (and the tables of
-    built-in runtimes that removing the last listed runtime gives back to containerd 1.x)."""
+def is_intended(path, planned_keys, old, new):
+    """Whether a difference at dump key `path` is one the edit planned: at or under a key it changes (in the
+    CRI runtime plugin's table), or a table above one that the change empties or creates."""
     if len(path) < 3 or path[0] != "plugins" or path[1] not in CRI_DUMP_PLUGINS:
         return False
     rest = path[2:]
-    return (rest[:3] == ("containerd", "runtimes", name)
-            or (rest[:2] == ("containerd", "runtimes") and len(rest) > 2 and rest[2] in restored)
-            or rest == ("containerd", "default_runtime_name")
-            or rest == ("enable_cdi",))
+    for planned in planned_keys:
+        if rest[:len(planned)] == planned:
+            return True
+        if planned[:len(rest)] == rest and all(side.get(path, {}) == {} for side in (old, new)):
+            return True
+    return False
 
 
 def dotted(path):
     return ".".join('"%s"' % k if "." in k else k for k in path)
 
 
-def compare(before, after, name, state="present"):
-    """Return (intended, unintended) lists of dotted keys that differ between two dumps."""
+def compare(before, after, planned_keys, state="present"):
+    """Return (intended, unintended) lists of dotted keys that differ between two dumps; `planned_keys`
+    are the keys the edit changes, relative to the CRI runtime plugin's table (toml_edit.Plan)."""
     old, new = flatten(before), flatten(after)
+    planned = [tuple(key) for key in planned_keys]
     # containerd 1.x: removing the only runtime a file lists gives containerd its built-in runc back.
-    restored = ("runc",) if state == "absent" and runtime_in_dump(before, "runc") is None else ()
+    if state == "absent" and runtime_in_dump(before, "runc") is None:
+        planned.append(("containerd", "runtimes", "runc"))
     changed = sorted(k for k in set(old) | set(new) if old.get(k, _MISSING) != new.get(k, _MISSING))
-    intended = [dotted(k) for k in changed if is_intended(k, name, restored)]
-    unintended = [_describe(k, old, new) for k in changed if not is_intended(k, name, restored)]
+    intended = [dotted(k) for k in changed if is_intended(k, planned, old, new)]
+    unintended = [_describe(k, old, new) for k in changed if not is_intended(k, planned, old, new)]
     return intended, unintended
 
 
@@ -102,28 +107,49 @@ def runtime_in_dump(dump, name):
 
 
 def default_in_dump(dump):
+    value = value_in_dump(dump, ("containerd", "default_runtime_name"))
+    return None if value is _MISSING else value
+
+
+def value_in_dump(dump, key):
+    """The value containerd shows for `key` (relative to the CRI runtime plugin's table), or _MISSING."""
     plugins = dump.get("plugins", {})
     for plugin in CRI_DUMP_PLUGINS:
-        value = get_path(plugins, (plugin, "containerd", "default_runtime_name"))
-        if value is not None:
+        value = get_path(plugins, (plugin,) + tuple(key), _MISSING)
+        if value is not _MISSING:
             return value
-    return None
+    return _MISSING
 
 
-def check_effect(dump, plan, binary, set_as_default, state):
-    """Problems when the candidate's effective config does not do what was asked."""
+# Keys an older containerd drops without a word: the release that first reads them.
+FIRST_READ_IN = {("enable_cdi",): "1.7"}
+
+
+def check_effect(dump, edit, name, state, containerd_version):
+    """Problems when the candidate's effective config does not do what was asked: the runtime is missing
+    (or, for absent, still loaded), or a key the edit sets does not show in containerd's view with the
+    value it was set to (containerd drops keys it does not know)."""
     problems = []
-    table = runtime_in_dump(dump, plan.name)
-    if state == "present":
-        if table is None:
-            problems.append("runtime %r is missing from the effective config" % plan.name)
-        elif get_path(table, ("options", "BinaryName")) != binary:
-            problems.append("runtime %r would run %r, not %r"
-                            % (plan.name, get_path(table, ("options", "BinaryName")), binary))
-        if set_as_default and default_in_dump(dump) != plan.name:
-            problems.append("default_runtime_name would be %r, not %r" % (default_in_dump(dump), plan.name))
-    elif table is not None:
-        problems.append("runtime %r would still be loaded (another file defines it)" % plan.name)
+    table = runtime_in_dump(dump, name)
+    if state == "present" and table is None:
+        problems.append("runtime %r is missing from the effective config" % name)
+    elif state != "present" and table is not None:
+        problems.append("runtime %r would still be loaded (another file defines it)" % name)
+    for key, value in sorted(edit.expected_values.items()):
+        shown = value_in_dump(dump, key)
+        if shown == value or (key[:3] == ("containerd", "runtimes", name) and table is None):
+            continue
+        if shown is _MISSING:
+            since = FIRST_READ_IN.get(tuple(key))
+            problems.append("containerd %s does not read %s: `config dump` of the edited file has no such key, so "
+                            "setting it would change nothing%s"
+                            % (release_of(containerd_version) or "(version unknown)", dotted(key),
+                               " (containerd %s and later read it; upgrade containerd to use it)" % since
+                               if since else ""))
+        elif key[:3] == ("containerd", "runtimes", name):
+            problems.append("runtime %r would run %r, not %r" % (name, shown, value))
+        else:
+            problems.append("%s would be %r, not %r" % (dotted(key), shown, value))
     return problems
 
 

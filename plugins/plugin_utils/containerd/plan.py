@@ -18,7 +18,11 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import e
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.target import DROPIN_NAME
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
-    CREATED_COMMENT, ConfigError, get_path, parse, pick_source_runtime, plan_runtime_edit, set_value)
+    BUILTIN_COMMENT, CREATED_COMMENT, ConfigError, get_path, is_builtin_runc, parse, pick_source_runtime,
+    plan_runtime_edit, runtime_as_run, set_value)
+
+# default_runtime_name, relative to the CRI runtime plugin's table.
+DEFAULT_KEY = ("containerd", "default_runtime_name")
 
 
 class Edit(object):
@@ -32,6 +36,21 @@ class Edit(object):
         self.order = []
         self.runtime = plan.runtime
         self.default_runtime = plan.default_runtime
+        # What the edit changes in containerd's effective config (see toml_edit.Plan), over all files.
+        self.planned_keys = []
+        self.expected_values = {}
+        self.add_meaning(plan)
+
+    def add_meaning(self, plan):
+        """Add what one file's plan changes in the effective config."""
+        self.planned_keys.extend(plan.planned_keys)
+        self.expected_values.update(plan.expected_values)
+
+    def set_default(self, config, value):
+        """Set default_runtime_name to `value` in another loaded file (where containerd reads it)."""
+        self.set(config.path, config.text, set_value(config.text, config.default_runtime_path(), value))
+        self.planned_keys.append(DEFAULT_KEY)
+        self.expected_values[DEFAULT_KEY] = value
 
     def set(self, path, original, text):
         if text == original:
@@ -138,13 +157,14 @@ def _plan_absent(args, files, dump):
         plan = plan_runtime_edit(config.text, config.path, **_plan_kwargs(args, files, dump))
         if edit is None:
             edit = Edit(plan, None, warnings)
+        else:
+            edit.add_meaning(plan)
         edit.plan = plan
         edit.runtime = None
         edit.set(config.path, config.text, plan.text)
     for config in files.files:
         if config.default_runtime() == name and config.runtime(name) is None:
-            fallback = pick_source_runtime(files.merged_runtimes(), "runc", name) or "runc"
-            edit.set(config.path, config.text, set_value(config.text, config.default_runtime_path(), fallback))
+            edit.set_default(config, pick_source_runtime(files.merged_runtimes(), "runc", name) or "runc")
     drop_in = files.get(args["drop_in"]) if args["drop_in"] else None
     if drop_in is not None and _holds_nothing_else(files, drop_in, edit.changes.get(drop_in.path, drop_in.text),
                                                    name):
@@ -172,7 +192,7 @@ def _set_default_where_read(edit, files, target_path, name):
             or files.get(target_path) is None or files.index(setter.path) < files.index(target_path)):
         return
     _refuse_version_mismatch(files, setter.path, setter)
-    edit.set(setter.path, setter.text, set_value(setter.text, setter.default_runtime_path(), name))
+    edit.set_default(setter, name)
 
 
 def _new_drop_in(root):
@@ -218,17 +238,24 @@ def _merged_source(files, name):
 def _holds_nothing_else(files, drop_in, text, name):
     """Whether a drop-in, once the runtime is gone, sets nothing the other files do not already set.
     A default it named `name` and now names a fallback is ours: without the file, the others' default
-    (the one pods used before) applies again."""
+    (the one pods used before) applies again. So is the runc present wrote out beside the runtime
+    (containerd 1.x: a file that lists a runtime replaces the list) while it still runs as the others'
+    runc would (containerd's built-in one when they define none)."""
     data = parse(text, drop_in.path)
     data.pop("version", None)
-    if drop_in.default_runtime() == name:
-        for plugin in (data.get("plugins") or {}).values():
-            if isinstance(plugin, dict) and isinstance(plugin.get("containerd"), dict):
-                plugin["containerd"].pop("default_runtime_name", None)
     others = [config for config in files.files if config is not drop_in]
     merged = {}
     for config in others:
         merged = imports_mod.deep_merge(merged, config.data)
+    for plugin_name, plugin in (data.get("plugins") or {}).items():
+        if not isinstance(plugin, dict) or not isinstance(plugin.get("containerd"), dict):
+            continue
+        if drop_in.default_runtime() == name:
+            plugin["containerd"].pop("default_runtime_name", None)
+        runtimes = plugin["containerd"].get("runtimes")
+        if BUILTIN_COMMENT in text and isinstance(runtimes, dict) and list(runtimes) == ["runc"] and _runs_as(
+                runtimes["runc"], get_path(merged, ("plugins", plugin_name, "containerd", "runtimes", "runc"))):
+            del runtimes["runc"]
     for key, value in effective.flatten(data).items():
         if value == {}:
             continue
@@ -236,6 +263,13 @@ def _holds_nothing_else(files, drop_in, text, name):
                                                    and get_path(merged, key) is None):
             return False
     return True
+
+
+def _runs_as(written_out, others):
+    """Whether a runc table written out as containerd ran it runs as the others' table (or the built-in)."""
+    if others is None:
+        return is_builtin_runc(written_out)
+    return runtime_as_run(None, written_out) == runtime_as_run(None, others)
 
 
 def refuse_unchecked_drop_in(args, edit, files, current):

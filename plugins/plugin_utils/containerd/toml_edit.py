@@ -69,7 +69,16 @@ INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("opt
 # Written above default_runtime_name only when the previous default cannot be derived from the file.
 PREVIOUS_DEFAULT = re.compile(r"^[ \t]*# gpunode\.nvidia: default_runtime_name was (unset|\"([^\"\\\n]*)\")")
 PREVIOUS_DEFAULT_COMMENT = "# gpunode.nvidia: default_runtime_name was %s (state: absent restores it)"
+# Written above the enable_cdi this module turns on: state: absent gives back the value it found.
+PREVIOUS_CDI = re.compile(r"^[ \t]*# gpunode\.nvidia: enable_cdi was (unset|false) ")
+PREVIOUS_CDI_COMMENT = "# gpunode.nvidia: enable_cdi was %s (state: absent restores it)"
+# containerd 2.x reads these keys of a version 2 file's [...containerd] table only when that file has a
+# `runtimes` table (its migration to io.containerd.cri.v1.images is keyed on it; verified with 2.1.9's
+# `config dump`), with the value containerd uses without them.
+RUNTIMES_GATED_KEYS = (("snapshotter", "overlayfs"), ("disable_snapshot_annotations", True),
+                       ("discard_unpacked_layers", False))
 MAX_DEPTH = 64  # tables, arrays and inline tables together
+_NOT_SET = object()
 BUG_REPORT = ("The file was left unchanged. This is a bug in gpunode.nvidia.containerd_runtime: %s, "
               "with the file attached (credentials removed)." % HOW_TO_REPORT)
 
@@ -87,6 +96,11 @@ def require_tomlkit():
 
 class Plan(object):
     warnings = ()
+    # What the edit means in containerd's effective config, relative to the CRI runtime plugin's table:
+    # the keys it changes (the guard accepts differences at, under or above them, and nowhere else) and
+    # the values containerd must show for the keys it sets.
+    planned_keys = ()
+    expected_values = None
 
     def __init__(self, original, text, data, version, cri_path, name, runtime, default_runtime, source_runtime):
         self.original = original
@@ -185,7 +199,7 @@ def default_version(containerd_version):
     return 3 if major is not None and major >= 2 else 2
 
 
-def _release(version):
+def release_of(version):
     match = re.search(r"\d+\.\d+(\.\d+)?", version or "")
     return match.group(0) if match else version
 
@@ -259,7 +273,7 @@ def cri_table(data, version, layout, path, containerd_version):
             "%s: line %s: containerd %s does not start with a version %d file (it reads versions 1 to %d; this "
             "file was written for a newer containerd). Write it as a version %d file (`containerd config default` "
             "shows the layout) or install the containerd it was written for, and run again. The file was left "
-            "unchanged." % (path, entry.line if entry else "?", _release(containerd_version), version, newest, newest))
+            "unchanged." % (path, entry.line if entry else "?", release_of(containerd_version), version, newest, newest))
     schema = version
     if version >= 3 and major is not None and major < 2:
         schema = 2  # containerd 1.6 reads any newer header as version 2: [plugins."io.containerd.grpc.v1.cri"]
@@ -281,7 +295,7 @@ def cri_table(data, version, layout, path, containerd_version):
         "(containerd 1.x reads only [%s]; the file was written for containerd 2.x): its runtime settings "
         "are not in effect on this node. Move them under [%s] (or install containerd 2.x) and run again. "
         "The file was left unchanged."
-        % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), _release(containerd_version), declared, declared))
+        % (path, where, version, render_path(CRI_V1_RUNTIME, '"'), release_of(containerd_version), declared, declared))
 
 
 def _position(layout, table_path):
@@ -394,12 +408,14 @@ def plan_runtime_edit(text, path, name="nvidia", binary="/usr/bin/nvidia-contain
     if state == "present":
         edit.present(binary, set_as_default, cdi)
     else:
-        edit.absent()
+        edit.absent(keep_cdi=cdi)
     output = doc.output(edit.text)
     new_data = _verify(doc.parseable(output), edit.expected, path)
     new_default = get_path(new_data, edit.default_path)
     plan = Plan(text, output, new_data, version, cri, name, edit.runtime,
                 new_default if isinstance(new_default, str) else "runc", edit.source_name)
+    plan.planned_keys = tuple(key[len(cri):] for key in edit.planned_keys)
+    plan.expected_values = dict((key[len(cri):], value) for key, value in edit.expected_values.items())
     plan.warnings = edit.warnings + _v1_file_warnings(data, version, cri, path, containerd_version, name, state)
     return plan
 
@@ -419,13 +435,13 @@ def _v1_file_warnings(data, version, cri, path, containerd_version, name, state)
         return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings (`containerd config dump` "
                 "lists them as unknown keys), so the runtime was written under [%s], which it reads. Migrate the "
                 "file (`containerd config migrate`) to bring the other [plugins.cri] settings into effect."
-                % (path, _release(containerd_version), where)]
+                % (path, release_of(containerd_version), where)]
     if not isinstance(get_path(data, CRI_PLUGIN[1] + ("containerd", "runtimes", name)), dict):
         return []
     return ["%s is a version 1 file: containerd %s ignores its [plugins.cri] settings, so %s is not in effect there "
             "and was removed only from [%s], which it reads. Its [plugins.cri] table still defines %s: "
             "`containerd config migrate` would bring it back into effect. Remove that table by hand before "
-            "migrating the file." % (path, _release(containerd_version), name, where, name)]
+            "migrating the file." % (path, release_of(containerd_version), name, where, name)]
 
 
 def _layout(text, path):
@@ -468,6 +484,8 @@ class _Edit(object):
         self.source_override = None
         self.binary_name = None
         self.warnings = []
+        self.planned_keys = []
+        self.expected_values = {}
         layout = Layout(text)
         _require_tables(data, layout, self.runtimes_path, path, "runtimes")
         runtimes = get_path(data, self.runtimes_path) or {}
@@ -509,15 +527,17 @@ class _Edit(object):
         name, table = self.source_override or self._source()
         table = runtime_as_run(table, self._effective_table(name))
         shim = table.get("runtime_type") or RUNC_TYPE
-        if shim in RUNC_SHIMS + (V1_LINUX_SHIM,):
+        if shim in RUNC_SHIMS or (shim == V1_LINUX_SHIM and _replaces_builtin_runtimes(self.containerd_version)):
             return name, table
         fallback, table = self._runc_shim_runtime()
         self.warnings.append(
-            "%s: runtime %r, which pods use today, runs shim %s, which does not start an OCI runtime binary "
-            "(options.BinaryName), so it cannot run %s; runtime %r uses the runc shim (%s) with %s instead. "
+            "%s: runtime %r, which pods use today, runs shim %s, which %s, so it cannot run %s; runtime %r "
+            "uses the runc shim (%s) with %s instead. "
             "Check that its options.SystemdCgroup (%s) matches kubelet's cgroup driver, or define runtime %r "
             "yourself with the settings it needs."
-            % (self.path, name, shim, self.binary_name or "the NVIDIA runtime", self.name, table["runtime_type"],
+            % (self.path, name, shim, "containerd 2.x does not have (it was containerd 1.x's v1 shim)"
+               if shim == V1_LINUX_SHIM else "does not start an OCI runtime binary (options.BinaryName)",
+               self.binary_name or "the NVIDIA runtime", self.name, table["runtime_type"],
                "the settings of runtime %r" % fallback if fallback else "containerd's defaults",
                str(get_path(table, ("options", "SystemdCgroup"), False)).lower(), self.name))
         return fallback, table
@@ -554,20 +574,23 @@ class _Edit(object):
 
     def _recorded_previous(self):
         """The default recorded above default_runtime_name (None: unset), or _NOT_RECORDED."""
-        marker = self._marker(Layout(self.text))
+        marker = self._marker(self.default_path, PREVIOUS_DEFAULT)
         if marker is None:
             return _NOT_RECORDED
         match = PREVIOUS_DEFAULT.match(marker[2])
         return match.group(2) if match.group(1) != "unset" else None
 
-    def _marker(self, layout):
-        """(start, end, line text) of the comment line just above default_runtime_name, if it is ours."""
-        entry = layout.key(self.default_path)
+    def _marker(self, key_path, pattern):
+        """(start, end, line text) of the comment line just above the key at `key_path`, if it is ours."""
+        return self._marker_above(Layout(self.text).key(key_path), pattern)
+
+    def _marker_above(self, entry, pattern):
+        """(start, end, line text) of the comment line just above `entry` (a key or header), if it is ours."""
         if entry is None or entry.start == 0:
             return None
         start = self.text.rfind("\n", 0, entry.start - 1) + 1
         line = self.text[start:entry.start]
-        return (start, entry.start, line) if PREVIOUS_DEFAULT.match(line) else None
+        return (start, entry.start, line) if pattern.match(line) else None
 
     def _derived_previous(self, data, reference=None):
         """What `absent` restores without a record: the runtime whose inherited options the `reference`
@@ -602,6 +625,7 @@ class _Edit(object):
                 % (self.path, _position(layout, self.legacy_default_path), self.name,
                    render_path(self.runtimes_path, '"')))
         self.binary_name = binary
+        self._refuse_runtimes_gated_settings()
         self.source_name, source = self._runnable_source()
         # containerd 1.x: a file that lists any runtime replaces the built-in list, so the runtime
         # pods use today (or, beside a deprecated default_runtime table, runc) is written out as
@@ -614,8 +638,10 @@ class _Edit(object):
         self.runtime = _desired_runtime(existing, source, binary)
         runtime_path = self.runtimes_path + (self.name,)
         # Parent keys first, so that a new runtime table nests under any header they add.
-        if cdi and get_path(self.data, self.cri + ("enable_cdi",)) is not True:
-            self._set(self.cri + ("enable_cdi",), True)
+        if cdi:
+            self._turn_on_cdi()
+        if set_as_default:
+            self._plan(self.default_path, self.name)
         if set_as_default and self.default_name != self.name:
             self._set(self.default_path, self.name)
             planned = copy.deepcopy(self.expected)
@@ -623,7 +649,7 @@ class _Edit(object):
                 _set_path(planned, self.runtimes_path + (builtin_name,), builtin)
             _set_path(planned, runtime_path, self.runtime)
             if self._derived_previous(planned) != self.default_name:
-                self._write_marker(self.default_name)
+                self._write_default_marker(self.default_name)
         if write_builtin:
             self._add_table(self.runtimes_path + (builtin_name,), builtin, None, comment=BUILTIN_COMMENT)
             _set_path(self.expected, self.runtimes_path + (builtin_name,), builtin)
@@ -635,16 +661,69 @@ class _Edit(object):
         else:
             self._update_runtime(runtime_path, existing, self.runtime)
         _set_path(self.expected, runtime_path, self.runtime)
+        self.planned_keys.append(runtime_path)
+        for key in binary_keys(self.runtime):
+            self.expected_values[runtime_path + key] = binary
 
-    def _write_marker(self, previous):
-        layout = Layout(self.text)
-        entry = layout.key(self.default_path)
+    def _plan(self, key_path, value=_NOT_SET):
+        """Record a key the edit changes in containerd's effective config (and the value it must show)."""
+        self.planned_keys.append(key_path)
+        if value is not _NOT_SET:
+            self.expected_values[key_path] = value
+
+    def _turn_on_cdi(self):
+        """enable_cdi = true, with a line recording what it was, so that state: absent gives that back."""
+        key_path = self.cri + ("enable_cdi",)
+        self._plan(key_path, True)
+        previous = get_path(self.data, key_path)
+        if previous is True:
+            return
+        had_header = Layout(self.text).header(self.cri) is not None
+        self._set(key_path, True)
+        line = PREVIOUS_CDI_COMMENT % ("unset" if previous is None else "false")
+        header = Layout(self.text).header(self.cri)
+        if not had_header and header is not None:  # the table's header is ours too: the line goes above it
+            self.text = _insert(self.text, header.start, header.indent + line + "\n")
+        else:
+            self._write_marker(key_path, line)
+
+    def _refuse_runtimes_gated_settings(self):
+        """containerd 2.x: the first runtime table of a version 2 file brings settings into effect that it
+        ignores today (see RUNTIMES_GATED_KEYS); that is not this edit's to do."""
+        containerd_path = self.cri + ("containerd",)
+        if (_replaces_builtin_runtimes(self.containerd_version) or self.cri != CRI_PLUGIN[2]
+                or get_path(self.data, self.runtimes_path) is not None):
+            return
+        table = get_path(self.data, containerd_path) or {}
+        gated = [(key, table[key], default) for key, default in RUNTIMES_GATED_KEYS
+                 if key in table and table[key] != default]
+        if not gated:
+            return
+        entry = Layout(self.text).key(containerd_path + (gated[0][0],))
+        raise ConfigError(
+            "%s: line %s: containerd %s ignores %s in this version 2 file today (it reads them only from a file "
+            "that has a [%s] table, and this one has none), so adding runtime %r would bring %s into effect (it "
+            "runs %s now). Remove %s (or, to use %s, add an empty [%s] table yourself and restart containerd "
+            "first), and run again. The file was left unchanged."
+            % (self.path, entry.line if entry else "?", release_of(self.containerd_version),
+               " and ".join(key for key, _value, _default in gated), render_path(self.runtimes_path, '"'), self.name,
+               ", ".join("%s = %s" % (key, render_value(value)) for key, value, _default in gated),
+               ", ".join("%s = %s" % (key, render_value(default)) for key, _value, default in gated),
+               "them" if len(gated) > 1 else "it", "them" if len(gated) > 1 else "it",
+               render_path(self.runtimes_path, '"')))
+
+    def _write_marker(self, key_path, line):
+        """Write comment `line` just above the key at `key_path`."""
+        entry = Layout(self.text).key(key_path)
+        self.text = _insert(self.text, entry.start, entry.indent + line + "\n")
+
+    def _write_default_marker(self, previous):
         label = "unset" if previous is None else '"%s"' % previous
         if previous is not None and ('"' in previous or "\\" in previous or "\n" in previous):
             raise ConfigError("%s: line %d: the current default_runtime_name %r cannot be recorded for state: "
                               "absent; rename that runtime and run again. The file was left unchanged."
-                              % (self.path, entry.line, previous))
-        self.text = _insert(self.text, entry.start, entry.indent + PREVIOUS_DEFAULT_COMMENT % label + "\n")
+                              % (self.path, Layout(self.text).key(self.default_path).line, previous))
+        self._write_marker(self.default_path, PREVIOUS_DEFAULT_COMMENT % label)
 
     def _update_runtime(self, runtime_path, existing, desired):
         layout = Layout(self.text)
@@ -664,8 +743,9 @@ class _Edit(object):
 
     # -- absent
 
-    def absent(self):
+    def absent(self, keep_cdi=False):
         runtime_path = self.runtimes_path + (self.name,)
+        written_out_removed = False
         if self.name in self.runtimes:
             previous = _NOT_RECORDED
             if self.default_name == self.name:
@@ -676,44 +756,89 @@ class _Edit(object):
             binaries = _binaries_of(self.runtimes[self.name])
             self._remove_tree(runtime_path)
             del get_path(self.expected, self.runtimes_path)[self.name]
+            self._plan(runtime_path)
             if self.default_name == self.name:
                 self._restore_default(previous)
             self._forget_binaries_in_legacy_default(binaries)
-            self._remove_written_out_builtin()
-            self._remove_emptied_tables()
+            written_out_removed = self._remove_written_out_builtin()
+        self._restore_cdi(keep_cdi)
+        self._remove_emptied_tables(keep_runtimes_header=written_out_removed)
+
+    def _restore_cdi(self, keep):
+        """The enable_cdi present turned on (its marker line says so) goes back to what present found,
+        unless `keep` (cdi: true) asks for CDI to stay on."""
+        key_path = self.cri + ("enable_cdi",)
+        marker = self._marker(key_path, PREVIOUS_CDI)
+        table_marker = None if marker is not None else self._marker_of_added_table(key_path)
+        if marker is None and table_marker is None:
+            return
+        if keep or marker is not None:
+            start, end = (marker or table_marker)[:2]
+            self.text = self.text[:start] + self.text[end:]
+        if keep:
+            return
+        if table_marker is not None:  # the header, the line and the key, as present added them
+            layout = Layout(self.text)
+            start, end = table_marker[0], layout.key(key_path).end
+            if _blank_line_style(layout) and self.text[:start].endswith("\n\n"):
+                start -= 1
+            self.text = self.text[:start] + self.text[end:]
+            del get_path(self.expected, self.cri)["enable_cdi"]
+        elif PREVIOUS_CDI.match(marker[2]).group(1) == "unset":
+            self._remove_key(key_path)
+        else:
+            self._set(key_path, False)
+        self._plan(key_path, False)
+
+    def _marker_of_added_table(self, key_path):
+        """(start, end) of our line above the CRI table's header when present added that header for
+        `key_path` (the key, alone right under it), or None."""
+        layout = Layout(self.text)
+        header, key = layout.header(self.cri), layout.key(key_path)
+        if (header is None or key is None or layout.section_keys(header) != [key]
+                or self.text[header.end:key.start].strip()):
+            return None
+        marker = self._marker_above(header, PREVIOUS_CDI)
+        if marker is None or PREVIOUS_CDI.match(marker[2]).group(1) != "unset":
+            return None
+        return marker[0], marker[1]
 
     def _forget_binaries_in_legacy_default(self, binaries):
         """A deprecated default_runtime table that runs the removed runtime's binary runs runc again
-        (the v1 shim's and runc shim's default when Runtime/BinaryName are unset)."""
+        (the v1 shim's and runc shim's default when Runtime/BinaryName/runtime_engine are unset)."""
         if self.legacy_default is None:
             return
-        for key in ("BinaryName", "Runtime"):
-            key_path = self.legacy_default_path + ("options", key)
+        for key in (("options", "BinaryName"), ("options", "Runtime"), ("runtime_engine",)):
+            key_path = self.legacy_default_path + key
             if get_path(self.expected, key_path) in binaries:
                 self._remove_key(key_path)
+                self._plan(key_path)
 
     def _remove_written_out_builtin(self):
         """The runc that present wrote out (containerd 1.x would have dropped it) goes once it is alone
-        again and still as containerd builds it: containerd's own runc takes its place."""
+        again and still as containerd builds it: containerd's own runc takes its place. True when it went."""
         runc_path = self.runtimes_path + ("runc",)
         remaining = get_path(self.expected, self.runtimes_path)
         if (self.name == "runc" or not isinstance(remaining, dict) or list(remaining) != ["runc"]
-                or not _is_builtin_runc(remaining["runc"])):
-            return
+                or not is_builtin_runc(remaining["runc"])):
+            return False
         first = Layout(self.text).under(runc_path)[0]  # its header, or its first dotted key
         start = self.text.rfind("\n", 0, max(first.start - 1, 0)) + 1
         if self.text[start:first.start].strip() != "# " + BUILTIN_COMMENT:
-            return
+            return False
         self.text = self.text[:start] + self.text[first.start:]
         self._remove_tree(runc_path)
         del remaining["runc"]
+        return True
 
-    def _remove_emptied_tables(self):
-        """The `containerd` table header present added for default_runtime_name goes once empty again; so
-        does an emptied `runtimes` table where containerd 1.x may read it (as "no runtime at all": it
-        refuses to start)."""
-        emptied = (self.runtimes_path,) if _replaces_builtin_runtimes(self.containerd_version) else ()
-        for table_path in emptied + (self.cri + ("containerd",),):
+    def _remove_emptied_tables(self, keep_runtimes_header=False):
+        """The `containerd` and CRI table headers present added for default_runtime_name and enable_cdi go
+        once empty again; so does an emptied `runtimes` table where containerd 1.x may read it (as "no
+        runtime at all": it refuses to start), unless it held only the runc present wrote out (present
+        never writes that header: it was the user's, and on 2.x it decides which settings are read)."""
+        emptied = ((self.runtimes_path,) if _replaces_builtin_runtimes(self.containerd_version)
+                   and not keep_runtimes_header else ())
+        for table_path in emptied + (self.cri + ("containerd",), self.cri):
             layout = Layout(self.text)
             header = layout.header(table_path)
             if (header is not None and layout.under(table_path) == [header] and get_path(self.data, table_path)
@@ -728,13 +853,14 @@ class _Edit(object):
         del get_path(self.expected, key_path[:-1])[key_path[-1]]
 
     def _restore_default(self, previous):
-        marker = self._marker(Layout(self.text))
+        marker = self._marker(self.default_path, PREVIOUS_DEFAULT)
         if marker is not None:
             self.text = self.text[:marker[0]] + self.text[marker[1]:]
         if previous is None:
             self._remove_key(self.default_path)
         else:
             self._set(self.default_path, previous)
+        self._plan(self.default_path, "runc" if previous is None else previous)
 
     # -- text edits
 
@@ -840,12 +966,26 @@ def _inherited(table, key):
 
 
 def _binaries_of(table):
-    """The OCI runtime binaries a runtime table names (options.BinaryName, the v1 shim's options.Runtime)."""
-    return [value for value in (get_path(table, ("options", key)) for key in ("BinaryName", "Runtime"))
-            if isinstance(value, str) and value]
+    """The OCI runtime binaries a runtime table names (options.BinaryName, the v1 shim's options.Runtime
+    or, without options, its runtime_engine)."""
+    return [value for value in (get_path(table, key) for key in _BINARY_KEYS) if isinstance(value, str) and value]
 
 
-def _is_builtin_runc(table):
+_BINARY_KEYS = (("options", "BinaryName"), ("options", "Runtime"), ("runtime_engine",))
+
+
+def binary_keys(table):
+    """Where a runtime table names its OCI runtime binary: options.BinaryName; the 1.x v1 shim reads
+    options.Runtime, and without an options table its legacy runtime_engine (containerd 1.x builds the v1
+    shim's options from runtime_engine, runtime_root and the CRI-level systemd_cgroup only then)."""
+    if table.get("runtime_type") != V1_LINUX_SHIM:
+        return (("options", "BinaryName"),)
+    if "options" not in table:
+        return (("runtime_engine",),)
+    return (("options", "BinaryName"), ("options", "Runtime"))
+
+
+def is_builtin_runc(table):
     """Whether a runtime table says nothing containerd's built-in runc does not (1.6/1.7 `config dump`)."""
     return runtime_as_run(None, table) in ({"runtime_type": RUNC_TYPE},
                                            {"runtime_type": RUNC_TYPE, "sandbox_mode": "podsandbox"})
@@ -915,9 +1055,8 @@ def _desired_runtime(existing, source, binary):
     if not table.get("runtime_type"):
         table["runtime_type"] = RUNC_TYPE  # containerd refuses a container whose runtime has no type
     if binary is not None:
-        _set_path(table, ("options", "BinaryName"), binary)
-        if table["runtime_type"] == V1_LINUX_SHIM:
-            _set_path(table, ("options", "Runtime"), binary)  # the v1 shim reads the binary from here
+        for key in binary_keys(table):
+            _set_path(table, key, binary)
     return table
 
 
