@@ -188,8 +188,9 @@ def edit_daemon_json(text, path, name, binary, runtime_args=(), set_as_default=F
             body = set_key(body, ("features", "cdi"), True, path, indent)
     else:
         # The emptied `runtimes` object stays, so that a reload unregisters the runtime. A `null` runtime
-        # is no runtime to dockerd: nothing to remove.
-        if runtime_entry(data, name) is not None:
+        # goes too: dockerd 28.5 does not start with it ("either a runtimeType or a path must be
+        # configured"), and `dockerd --validate` passes it.
+        if name in (data.get("runtimes") or {}):
             body = remove_key(body, ("runtimes", name), path)
         # A default naming a missing runtime stops dockerd; write the stock default
         # rather than deleting the key, which a reload would ignore.

@@ -122,7 +122,7 @@ def value_in_dump(dump, key):
 
 
 # Keys an older containerd drops without a word: the release that first reads them.
-FIRST_READ_IN = {("enable_cdi",): "1.7"}
+FIRST_READ_IN = {("enable_cdi",): ("1.7", "cdi")}
 
 
 def check_effect(dump, edit, name, state, containerd_version):
@@ -144,7 +144,7 @@ def check_effect(dump, edit, name, state, containerd_version):
             problems.append("containerd %s does not read %s: `config dump` of the edited file has no such key, so "
                             "setting it would change nothing%s"
                             % (release_of(containerd_version) or "(version unknown)", dotted(key),
-                               " (containerd %s and later read it; upgrade containerd to use it)" % since
+                               " (containerd %s and later read it: upgrade containerd, or run without %s)" % since
                                if since else ""))
         elif key[:3] == ("containerd", "runtimes", name):
             problems.append("runtime %r would run %r, not %r" % (name, shown, value))
@@ -232,6 +232,8 @@ def guard_message(args, edit, files, unintended, problems):
     if problems:
         lines.append("The change would not take effect:")
         lines.extend("  - " + item for item in problems)
+    if not unintended:
+        return "\n".join(lines)
     if args["drop_in"] and files.semantics.replaces_plugin_tables and args["state"] == "present":
         lines.append(
             "containerd 1.x lets an imported file REPLACE the whole CRI plugin table of the files read before "

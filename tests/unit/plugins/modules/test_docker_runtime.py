@@ -756,5 +756,13 @@ def test_refused_edit_gives_the_lock_back(capsys, daemon_json, tmp_path):
 ])
 def test_null_is_read_as_absent_as_dockerd_does(text, expected):
     assert edit(text) == expected
-    assert edit(text, state="absent") == text
     assert edit(expected) == expected
+
+
+def test_absent_removes_a_null_runtime():
+    """dockerd 28.5 does not start with `"nvidia": null` ("runtime nvidia: either a runtimeType or a path must be
+    configured"), though `dockerd --validate` passes it: absent removes it (tests/integration/test_docker_runtime_live.py
+    starts dockerd on the result)."""
+    text = '{\n    "runtimes": {\n        "nvidia": null\n    },\n    "debug": true\n}\n'
+    assert edit(text, state="absent") == '{\n    "runtimes": {},\n    "debug": true\n}\n'
+    assert edit('{"runtimes": null, "debug": true}\n', state="absent") == '{"runtimes": null, "debug": true}\n'

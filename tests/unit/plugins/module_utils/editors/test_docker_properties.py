@@ -226,3 +226,16 @@ def test_any_damage_is_refused_with_a_position_or_edited(damaged, request, state
         return
     parse(out)  # whatever was accepted gives JSON back
     assert edit(out, state=state, **request) == out
+
+
+@given(daemon_json())
+def test_absent_removes_a_null_runtime(doc):
+    """`"nvidia": null` stops dockerd 28.5 at start ("either a runtimeType or a path must be configured") while
+    `dockerd --validate` passes it: absent removes the member, whatever the layout around it."""
+    data, text = doc
+    assume(NAME not in (data.get("runtimes") or {}) and data.get("default-runtime") != NAME)
+    body = text[1:] if text.startswith(dc.BOM) else text
+    nulled = text[:len(text) - len(body)] + dc.set_key(body, ("runtimes", NAME), None, PATH, dc.detect_indent(body))
+    restored = edit(nulled, state="absent")
+    assert NAME not in (parse(restored).get("runtimes") or {})
+    assert parse(restored) == parse(edit(edit(text), state="absent"))
