@@ -574,7 +574,8 @@ class _Edit(object):
 
     def _recorded_previous(self):
         """The default recorded above default_runtime_name (None: unset), or _NOT_RECORDED."""
-        marker = self._marker(self.default_path, PREVIOUS_DEFAULT)
+        marker = (self._marker(self.default_path, PREVIOUS_DEFAULT)
+                  or self._marker_of_added_table(self.default_path, PREVIOUS_DEFAULT))
         if marker is None:
             return _NOT_RECORDED
         match = PREVIOUS_DEFAULT.match(marker[2])
@@ -643,12 +644,14 @@ class _Edit(object):
         if set_as_default:
             self._plan(self.default_path, self.name)
         if set_as_default and self.default_name != self.name:
-            self._set(self.default_path, self.name)
+            added_table = self._set_in_table(self.default_path, self.name)
             planned = copy.deepcopy(self.expected)
             if write_builtin:
                 _set_path(planned, self.runtimes_path + (builtin_name,), builtin)
             _set_path(planned, runtime_path, self.runtime)
-            if self._derived_previous(planned) != self.default_name:
+            if added_table is not None:
+                self._write_marker_above(added_table, PREVIOUS_DEFAULT_COMMENT % "unset")
+            elif self._derived_previous(planned) != self.default_name:
                 self._write_default_marker(self.default_name)
         if write_builtin:
             self._add_table(self.runtimes_path + (builtin_name,), builtin, None, comment=BUILTIN_COMMENT)
@@ -678,14 +681,24 @@ class _Edit(object):
         previous = get_path(self.data, key_path)
         if previous is True:
             return
-        had_header = Layout(self.text).header(self.cri) is not None
-        self._set(key_path, True)
+        added_table = self._set_in_table(key_path, True)
         line = PREVIOUS_CDI_COMMENT % ("unset" if previous is None else "false")
-        header = Layout(self.text).header(self.cri)
-        if not had_header and header is not None:  # the table's header is ours too: the line goes above it
-            self.text = _insert(self.text, header.start, header.indent + line + "\n")
+        if added_table is not None:
+            self._write_marker_above(added_table, line)
         else:
             self._write_marker(key_path, line)
+
+    def _set_in_table(self, key_path, value):
+        """Set a key; the path of its table when that table's header was added for it, else None."""
+        table_path = key_path[:-1]
+        had_header = Layout(self.text).header(table_path) is not None
+        self._set(key_path, value)
+        return table_path if not had_header and Layout(self.text).header(table_path) is not None else None
+
+    def _write_marker_above(self, table_path, line):
+        """Our line above a header present added (absent then removes the header with the key)."""
+        header = Layout(self.text).header(table_path)
+        self.text = _insert(self.text, header.start, header.indent + line + "\n")
 
     def _refuse_runtimes_gated_settings(self):
         """containerd 2.x: the first runtime table of a version 2 file brings settings into effect that it
@@ -769,7 +782,7 @@ class _Edit(object):
         unless `keep` (cdi: true) asks for CDI to stay on."""
         key_path = self.cri + ("enable_cdi",)
         marker = self._marker(key_path, PREVIOUS_CDI)
-        table_marker = None if marker is not None else self._marker_of_added_table(key_path)
+        table_marker = None if marker is not None else self._marker_of_added_table(key_path, PREVIOUS_CDI)
         if marker is None and table_marker is None:
             return
         if keep or marker is not None:
@@ -777,31 +790,35 @@ class _Edit(object):
             self.text = self.text[:start] + self.text[end:]
         if keep:
             return
-        if table_marker is not None:  # the header, the line and the key, as present added them
-            layout = Layout(self.text)
-            start, end = table_marker[0], layout.key(key_path).end
-            if _blank_line_style(layout) and self.text[:start].endswith("\n\n"):
-                start -= 1
-            self.text = self.text[:start] + self.text[end:]
-            del get_path(self.expected, self.cri)["enable_cdi"]
+        if table_marker is not None:
+            self._remove_added_table(table_marker, key_path)
         elif PREVIOUS_CDI.match(marker[2]).group(1) == "unset":
             self._remove_key(key_path)
         else:
             self._set(key_path, False)
         self._plan(key_path, False)
 
-    def _marker_of_added_table(self, key_path):
-        """(start, end) of our line above the CRI table's header when present added that header for
-        `key_path` (the key, alone right under it), or None."""
+    def _marker_of_added_table(self, key_path, pattern):
+        """(start, end, line) of our line above the header of `key_path`'s table when present added that
+        header for the key (the key alone right under it, and unset before), or None."""
         layout = Layout(self.text)
-        header, key = layout.header(self.cri), layout.key(key_path)
+        header, key = layout.header(key_path[:-1]), layout.key(key_path)
         if (header is None or key is None or layout.section_keys(header) != [key]
                 or self.text[header.end:key.start].strip()):
             return None
-        marker = self._marker_above(header, PREVIOUS_CDI)
-        if marker is None or PREVIOUS_CDI.match(marker[2]).group(1) != "unset":
+        marker = self._marker_above(header, pattern)
+        if marker is None or pattern.match(marker[2]).group(1) != "unset":
             return None
-        return marker[0], marker[1]
+        return marker
+
+    def _remove_added_table(self, marker, key_path):
+        """Remove our line, the header present added and the key under it, as present wrote them."""
+        layout = Layout(self.text)
+        start, end = marker[0], layout.key(key_path).end
+        if _blank_line_style(layout) and self.text[:start].endswith("\n\n"):
+            start -= 1
+        self.text = self.text[:start] + self.text[end:]
+        del get_path(self.expected, key_path[:-1])[key_path[-1]]
 
     def _forget_binaries_in_legacy_default(self, binaries):
         """A deprecated default_runtime table that runs the removed runtime's binary runs runc again
@@ -853,14 +870,19 @@ class _Edit(object):
         del get_path(self.expected, key_path[:-1])[key_path[-1]]
 
     def _restore_default(self, previous):
+        self._plan(self.default_path, "runc" if previous is None else previous)
         marker = self._marker(self.default_path, PREVIOUS_DEFAULT)
+        if marker is None:
+            added_table = self._marker_of_added_table(self.default_path, PREVIOUS_DEFAULT)
+            if added_table is not None:
+                self._remove_added_table(added_table, self.default_path)
+                return
         if marker is not None:
             self.text = self.text[:marker[0]] + self.text[marker[1]:]
         if previous is None:
             self._remove_key(self.default_path)
         else:
             self._set(self.default_path, previous)
-        self._plan(self.default_path, "runc" if previous is None else previous)
 
     # -- text edits
 
