@@ -6,16 +6,13 @@ The drop-in "written the way NVIDIA's tool writes it" is a STAND-IN for the file
 table plus the nvidia runtime in conf.d/99-nvidia.toml, and an `imports` line in
 config.toml. The runtime binary is the stand-in tests/testbed/stand-ins/nvidia-container-runtime.
 """
-import json
 import os
 import subprocess
-import sys
-import tempfile
 
 import pytest
 
 import daemons
-from ansible_runner import REPO, run_module
+from ansible_runner import run_module, run_tasks
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.effective import load_dump, runtime_in_dump
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import get_path
@@ -49,21 +46,8 @@ def configure(ctrd, check=False, **args):
 def configure_in_one_play(ctrd, *steps):
     """Several module calls in one ansible-playbook run (one start-up instead of one each): each step is
     (args, check_mode); returns each result."""
-    tasks = []
-    for args, check in steps:
-        args = dict(args, path=ctrd.config_path, binary=daemons.STANDIN_RUNTIME)
-        tasks.append({"name": "step", MODULE: args, "check_mode": check, "diff": True, "ignore_errors": True})
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=ctrd.base, delete=False) as handle:
-        json.dump(play, handle)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"), ANSIBLE_LOCALHOST_WARNING="0",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="0", PATH=ctrd.dist.bin_dir + os.pathsep + os.environ["PATH"])
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), handle.name],
-                          env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=600, check=False)
-    report = json.loads(proc.stdout)
-    return [task["hosts"]["localhost"] for task in report["plays"][0]["tasks"]]
+    return run_tasks(MODULE, [(dict(args, path=ctrd.config_path, binary=daemons.STANDIN_RUNTIME), check)
+                              for args, check in steps], path_prepend=[ctrd.dist.bin_dir], workdir=ctrd.base)
 
 
 def dump(ctrd):

@@ -792,11 +792,13 @@ class _Edit(object):
             return
         if table_marker is not None:
             self._remove_added_table(table_marker, key_path)
+            self._plan(key_path)  # unset again: containerd's default (false on 1.7, true on 2.x)
         elif PREVIOUS_CDI.match(marker[2]).group(1) == "unset":
             self._remove_key(key_path)
+            self._plan(key_path)
         else:
             self._set(key_path, False)
-        self._plan(key_path, False)
+            self._plan(key_path, False)
 
     def _marker_of_added_table(self, key_path, pattern):
         """(start, end, line) of our line above the header of `key_path`'s table when present added that
