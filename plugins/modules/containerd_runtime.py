@@ -29,10 +29,13 @@ notes:
   - Config versions 1, 2, 3 and 4. A missing or empty file gets version 3 for containerd 2.x and
     version 2 otherwise (containerd 1.x and 2.x both read version 2).
   - B(Effective-config guard.) Before writing, C(containerd --config OLD config dump) and
-    C(containerd --config NEW config dump) are compared; if anything besides the runtime's table,
-    C(default_runtime_name) and C(enable_cdi) differs, or the change would not show in the effective
-    config (containerd 1.x drop-ins replace whole plugin tables), the task fails, names the keys and
-    writes nothing.
+    C(containerd --config NEW config dump) are compared; if anything besides the keys the edit changes
+    (the runtime's table, and where it sets them C(default_runtime_name), C(enable_cdi) and the deprecated
+    C(default_runtime) table's binary) differs, or a key it sets does not show in the effective config with
+    its value (containerd 1.x drop-ins replace whole plugin tables; containerd 1.6 drops C(enable_cdi)), the
+    task fails, names the keys (and the release that reads a dropped key) and writes nothing.
+  - O(state=absent) gives back every file as O(state=present) found it, its comment lines, drop-in and
+    C(imports) entry included.
   - TOML editing runs on the controller (requires C(tomlkit) there); the node needs only Python's
     standard library (M(gpunode.nvidia.containerd_config_file) does the node side).
   - Writes are atomic (temporary file in the same directory, fsync, rename) and keep owner, mode and
@@ -93,7 +96,11 @@ options:
     type: bool
     default: false
   cdi:
-    description: Set C(enable_cdi = true) in the CRI runtime plugin. V(false) leaves the key as it is.
+    description:
+      - Set C(enable_cdi = true) in the CRI runtime plugin, with a comment line above it recording the value it
+        had. V(false) leaves the key as it is.
+      - With O(state=absent), an C(enable_cdi) this module turned on goes back to that value, unless V(true),
+        which keeps CDI on.
     type: bool
     default: false
   state:
