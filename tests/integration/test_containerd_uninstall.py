@@ -137,9 +137,9 @@ def node(request, containerd_dist):
         cases = cases_for(ctrd.dist, ctrd.base)
         dumps_before = dict((name, dump(ctrd.dist, case.path)) for name, (case, _steps) in cases.items())
         steps = [(args, False) for _case, case_steps in cases.values() for args in case_steps]
-        results = iter(run_tasks(MODULE, steps, path_prepend=[ctrd.dist.bin_dir], workdir=ctrd.base))
+        results = run_tasks(MODULE, steps, path_prepend=[ctrd.dist.bin_dir], workdir=ctrd.base)
         for case, case_steps in cases.values():
-            case.results = [next(results) for _ in case_steps]
+            case.results, results = results[:len(case_steps)], results[len(case_steps):]
         yield ctrd, dict((name, case) for name, (case, _steps) in cases.items()), dumps_before
     finally:
         ctrd.close()

@@ -486,6 +486,7 @@ class _Edit(object):
         self.warnings = []
         self.planned_keys = []
         self.expected_values = {}
+        self._added_tables = []  # (key path, marker pattern) of tables present added for one key
         layout = Layout(text)
         _require_tables(data, layout, self.runtimes_path, path, "runtimes")
         runtimes = get_path(data, self.runtimes_path) or {}
@@ -776,6 +777,7 @@ class _Edit(object):
             written_out_removed = self._remove_written_out_builtin()
         self._restore_cdi(keep_cdi)
         self._remove_emptied_tables(keep_runtimes_header=written_out_removed)
+        self._remove_added_tables()
 
     def _restore_cdi(self, keep):
         """The enable_cdi present turned on (its marker line says so) goes back to what present found,
@@ -791,7 +793,7 @@ class _Edit(object):
         if keep:
             return
         if table_marker is not None:
-            self._remove_added_table(table_marker, key_path)
+            self._remove_added_table(key_path, PREVIOUS_CDI)
             self._plan(key_path)  # unset again: containerd's default (false on 1.7, true on 2.x)
         elif PREVIOUS_CDI.match(marker[2]).group(1) == "unset":
             self._remove_key(key_path)
@@ -813,14 +815,26 @@ class _Edit(object):
             return None
         return marker
 
-    def _remove_added_table(self, marker, key_path):
-        """Remove our line, the header present added and the key under it, as present wrote them."""
-        layout = Layout(self.text)
-        start, end = marker[0], layout.key(key_path).end
-        if _blank_line_style(layout) and self.text[:start].endswith("\n\n"):
-            start -= 1
-        self.text = self.text[:start] + self.text[end:]
+    def _remove_added_table(self, key_path, pattern):
+        """Plan the removal of our line, the header present added and the key under it (done last, when the
+        file is back to the layout present saw: see _remove_added_tables)."""
+        self._added_tables.append((key_path, pattern))
         del get_path(self.expected, key_path[:-1])[key_path[-1]]
+
+    def _remove_added_tables(self):
+        for key_path, pattern in self._added_tables:
+            layout = Layout(self.text)
+            start, end = self._marker_of_added_table(key_path, pattern)[0], layout.key(key_path).end
+            # The blank line present wrote with the table, in the file's style without it (as present saw it):
+            # after it when the table went before its first sub-table, else before it.
+            following = [entry for entry in layout.entries if entry.is_header and entry.start >= end][:1]
+            if _blank_line_style(Layout(self.text[:start] + self.text[end:])):
+                if (following and following[0].path[:len(key_path) - 1] == key_path[:-1]
+                        and self.text[end:].startswith("\n")):
+                    end += 1
+                elif self.text[:start].endswith("\n\n"):
+                    start -= 1
+            self.text = self.text[:start] + self.text[end:]
 
     def _forget_binaries_in_legacy_default(self, binaries):
         """A deprecated default_runtime table that runs the removed runtime's binary runs runc again
@@ -877,7 +891,7 @@ class _Edit(object):
         if marker is None:
             added_table = self._marker_of_added_table(self.default_path, PREVIOUS_DEFAULT)
             if added_table is not None:
-                self._remove_added_table(added_table, self.default_path)
+                self._remove_added_table(self.default_path, PREVIOUS_DEFAULT)
                 return
         if marker is not None:
             self.text = self.text[:marker[0]] + self.text[marker[1]:]

@@ -53,9 +53,10 @@ def node_files(draw):
     if draw(st.booleans()):
         table = ["[%s]" % cri, '  sandbox_image = "registry.k8s.io/pause:3.9"'] + [
             line for line in table if line != "[%s]" % cri]
-    blank = draw(st.sampled_from(["\n", "\n\n"]))
-    text = "\n".join(lines) + "\n" + blank.join(line if line.startswith("[") or not line.startswith("  [") else line
-                                                 for line in ["\n".join(table)] if table) + ("\n" if table else "")
+    # One blank line, or none, between tables.
+    separator = draw(st.sampled_from(["\n", "\n\n"]))
+    body = "\n".join(table).replace("\n[", separator + "[") + "\n" if table else ""
+    text = "\n".join(lines) + "\n" + body
     return VERSIONS[release], text, drop_in
 
 
