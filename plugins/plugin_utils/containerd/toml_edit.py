@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - older controllers
     tomllib = None
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
-    CRI_DISABLE_NAMES, CRI_RUNTIME_PLUGIN, CRI_RUNTIME_PLUGINS, CRI_V3_RUNTIME)
+    CRI_DISABLE_NAMES, CRI_RUNTIME_PLUGIN, CRI_RUNTIME_PLUGINS, CRI_V3_RUNTIME, cdi_always_on, newest_config_version)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import toml_type
@@ -194,30 +194,17 @@ def _check_depth(data, path):
 
 
 def default_version(containerd_version):
-    """Config version for a new file: 3 for containerd 2.x, else 2 (read by 1.x and 2.x alike)."""
+    """Config version for a new file: the one `containerd config default` writes (3 for containerd 2.0 to 2.2,
+    4 from 2.3), else 2 (read by 1.x and 2.x alike)."""
     major = _major(containerd_version)
-    return 3 if major is not None and major >= 2 else 2
+    if major is None or major < 2:
+        return 2
+    return newest_config_version(containerd_version)
 
 
 def release_of(version):
     match = re.search(r"\d+\.\d+(\.\d+)?", version or "")
     return match.group(0) if match else version
-
-
-def _newest_version(containerd_version):
-    """The newest config version the installed containerd starts with, where known (verified: 1.7.24 takes 2,
-    2.1.9 takes 3; 1.6 reads any newer header as 2; version 4 came with containerd 2.3)."""
-    major, minor = _major(containerd_version), _minor(containerd_version)
-    if major == 1 and minor >= 7:
-        return 2
-    if major == 2 and minor <= 1:
-        return 3
-    return None
-
-
-def _minor(version):
-    match = re.search(r"\d+\.(\d+)", version or "")
-    return int(match.group(1)) if match else 0
 
 
 def _major(version):
@@ -266,7 +253,7 @@ def cri_table(data, version, layout, path, containerd_version):
         # containerd 2.x reads none of a version 1 file's [plugins.cri] settings (`config dump` calls them
         # unknown keys), but it reads io.containerd.cri.v1.runtime tables from it (verified on 2.1.9).
         return CRI_V1_RUNTIME
-    newest = _newest_version(containerd_version)
+    newest = newest_config_version(containerd_version)
     if newest is not None and version > newest:
         entry = layout.key(("version",))
         raise ConfigError(
@@ -678,6 +665,9 @@ class _Edit(object):
     def _turn_on_cdi(self):
         """enable_cdi = true, with a line recording what it was, so that state: absent gives that back."""
         key_path = self.cri + ("enable_cdi",)
+        if cdi_always_on(self.containerd_version):
+            self._cdi_always_on(key_path)
+            return
         self._plan(key_path, True)
         previous = get_path(self.data, key_path)
         if previous is True:
@@ -688,6 +678,15 @@ class _Edit(object):
             self._write_marker_above(added_table, line)
         else:
             self._write_marker(key_path, line)
+
+    def _cdi_always_on(self, key_path):
+        """containerd 2.4 removed enable_cdi and always runs CDI (RELEASES.md): the request holds without the key."""
+        entry = Layout(self.text).key(key_path)
+        found = (" %s line %d still sets enable_cdi = %s, a key containerd 2.4 removed (deprecated since 2.2): "
+                 "delete it." % (self.path, entry.line, render_value(get_path(self.data, key_path)))
+                 if entry is not None else "")
+        self.warnings.append("cdi: containerd %s always enables CDI (it removed `enable_cdi`), so the file was not "
+                             "edited for it.%s" % (release_of(self.containerd_version), found))
 
     def _set_in_table(self, key_path, value):
         """Set a key; the path of its table when that table's header was added for it, else None."""
