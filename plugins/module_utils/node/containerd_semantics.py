@@ -85,7 +85,8 @@ def cdi_always_on(containerd_version):
 
 
 def removed_keys(plugins):
-    """[(plugin id, key path, since, instead)] of the keys containerd 2.4 removed found in a file's `plugins`."""
+    """[(plugin id, key path, value, since, instead)] of the keys containerd 2.4 removed found in a file's
+    `plugins`."""
     found = []
     for plugin_ids, key_path, since, instead in REMOVED_IN_2_4:
         for plugin_id in plugin_ids:
@@ -93,7 +94,7 @@ def removed_keys(plugins):
             for key in key_path[:-1]:
                 table = table.get(key) if isinstance(table, dict) else None
             if isinstance(table, dict) and key_path[-1] in table:
-                found.append((plugin_id, key_path, since, instead))
+                found.append((plugin_id, key_path, table[key_path[-1]], since, instead))
     return found
 
 

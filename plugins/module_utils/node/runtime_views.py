@@ -34,7 +34,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglo
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
-    CRI_RUNTIME_PLUGINS, CRI_V1, CRI_V2, Semantics)
+    CRI_RUNTIME_PLUGINS, CRI_V1, CRI_V2, Semantics, removed_keys)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json import (
     DockerConfigError, key_line, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
@@ -55,7 +55,7 @@ def new_view(instance):
         "files": [], "config_error": None,
         "source": None, "dump": None, "reader": None,
         "runtimes": {}, "default_runtime": None, "default_origin": None,
-        "disabled_plugins": [], "disabled_origin": None, "cri_tables": [],
+        "disabled_plugins": [], "disabled_origin": None, "cri_tables": [], "removed_keys": [],
         "live": None,
     }
 
@@ -99,6 +99,10 @@ def containerd_files(node, instance, view):
     view["reader"] = docs[0][1].reader if docs else None
     apply_effective(view, merged, docs)
     view["cri_tables"] = cri_tables(docs)
+    view["removed_keys"] = [
+        {"path": path, "line": doc.line_of(("plugins", plugin_id) + key_path), "plugin": plugin_id,
+         "key": ".".join(key_path), "value": value, "since": since, "instead": instead}
+        for path, doc in docs for plugin_id, key_path, value, since, instead in removed_keys(doc.data.get("plugins"))]
 
 
 def load_with_imports(node, instance, view):

@@ -819,3 +819,41 @@ def test_every_doctor_module_exports_rules_in_one_form_and_none_builds_findings_
         assert not re.search(r"^def (finding|note|manual_fix|site_fix|playbook_fix)\(", source, re.M), module.__name__
     ids = [rule.id for rule in doctor_rules.CATALOGUE]
     assert len(ids) == len(set(ids))
+
+
+# --- keys containerd 2.4 removed -------------------------------------------------------------------------
+
+REMOVED_KEYS_CONFIG = ('version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = false\n'
+                       '[plugins."io.containerd.cri.v1.runtime".cni]\n  bin_dir = "/opt/cni/bin"\n'
+                       '[plugins."io.containerd.internal.v1.tracing"]\n  service_name = "containerd"\n')
+
+
+def containerd_release(root, version):
+    tree = node_trees.NodeTree(root)
+    node_trees.kubeadm_containerd2_config_endpoint(tree)
+    tree.package("containerd", version)
+    tree.file("/etc/containerd/config.toml", REMOVED_KEYS_CONFIG)
+    return tree
+
+
+def test_keys_containerd_2_4_removed_are_reported_as_ignored(tmp_path, reader):
+    """RELEASES.md "Deprecated features" at containerd v2.4.0-beta.0: `enable_cdi` (deprecated in 2.2),
+    `cni.bin_dir` (2.1) of io.containerd.cri.v1.runtime and the tracing plugin's `service_name` (1.6.29) are
+    removed in 2.4; CDI is always on."""
+    containerd_release(tmp_path, "2.4.0~ds1-1")
+    found = {item["message"].split(" sets ")[1].split(" ")[0]: item
+             for item in diagnose(tmp_path)[0]["containerd-removed-key"]}
+    assert sorted(found) == ["cni.bin_dir", "enable_cdi", "service_name"]
+    cdi = found["enable_cdi"]
+    assert cdi["severity"] == "warning" and "/etc/containerd/config.toml line 3" in cdi["message"]
+    assert "CDI is on whatever it says" in cdi["message"] and "deprecated since 2.2" in cdi["message"]
+    assert "CDI is always on" in cdi["fix"]["summary"]
+    assert "`bin_dirs`" in found["cni.bin_dir"]["fix"]["summary"] and "line 5" in found["cni.bin_dir"]["message"]
+    assert "OTEL_SERVICE_NAME" in found["service_name"]["fix"]["summary"]
+
+
+@pytest.mark.parametrize("version", ["2.3.4~ds1-1", "2.1.9~ds1-5"])
+def test_keys_removed_in_2_4_are_not_findings_where_containerd_still_reads_them(tmp_path, reader, version):
+    """internal/cri/config/config.go at v2.3.4: EnableCDI and NetworkPluginBinDir are still read."""
+    containerd_release(tmp_path, version)
+    assert "containerd-removed-key" not in diagnose(tmp_path)[0]
