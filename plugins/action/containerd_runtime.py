@@ -31,7 +31,7 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import e
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import plan as planning
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import target as targets
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import BOM, ConfigError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import BOM, ConfigError
 
 NODE_MODULE = "gpunode.nvidia.containerd_config_file"
 FACTS_MODULE = "gpunode.nvidia.gpu_node_facts"

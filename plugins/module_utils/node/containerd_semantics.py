@@ -121,3 +121,15 @@ class Semantics(object):
         if not posixpath.isabs(path):
             path = posixpath.normpath(posixpath.join(posixpath.dirname(importer), path))
         return path
+
+
+def deep_merge(base, override):
+    """`override` merged over `base` the way containerd merges an imported file into what it read before:
+    tables key by key, any other value replaced whole."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -34,7 +34,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglo
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.node_paths import walk_files
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
-    CRI_RUNTIME_PLUGINS, CRI_V1, CRI_V2, Semantics, removed_keys)
+    CRI_RUNTIME_PLUGINS, CRI_V1, CRI_V2, Semantics, deep_merge, removed_keys)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json import (
     DockerConfigError, key_line, parse_daemon_json)
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri.http2_grpc import CRIError
@@ -219,16 +219,6 @@ def cri_containerd(data):
         if isinstance(table, dict) and isinstance(table.get("containerd"), dict):
             merged = deep_merge(merged, table["containerd"])
     return merged
-
-
-def deep_merge(base, override):
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _cri_plugin_key(plugin_id):

@@ -24,8 +24,9 @@ import posixpath
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text, mask_value
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
-    CRI_DUMP_PLUGINS, ConfigError, get_path, parse, release_of, require_tomlkit)
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import CRI_DUMP_PLUGINS, release_of
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import ConfigError, parse, require_tomlkit
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_render import get_path
 
 
 class GuardError(Exception):

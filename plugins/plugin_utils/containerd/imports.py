@@ -28,10 +28,11 @@ import json
 import re
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common import goglob
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import CRI_1X_PLUGINS, Semantics
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
-    CRI_DUMP_PLUGINS, ConfigError, get_path, parse)
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
+    CRI_1X_PLUGINS, Semantics, deep_merge)
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import CRI_DUMP_PLUGINS
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import ConfigError, parse
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_render import get_path
 
 
 class ConfigFile(object):

@@ -17,9 +17,13 @@ import posixpath
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.target import DROPIN_NAME
+from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import deep_merge
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.runtime_tables import (
+    is_builtin_runc, pick_source_runtime, runtime_as_run)
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
-    BUILTIN_COMMENT, CREATED_COMMENT, ConfigError, get_path, is_builtin_runc, parse, pick_source_runtime,
-    plan_runtime_edit, runtime_as_run, set_value)
+    BUILTIN_COMMENT, CREATED_COMMENT, plan_runtime_edit, set_value)
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import ConfigError, parse
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_render import get_path
 
 # default_runtime_name, relative to the CRI runtime plugin's table.
 DEFAULT_KEY = ("containerd", "default_runtime_name")
@@ -246,7 +250,7 @@ def _holds_nothing_else(files, drop_in, text, name):
     others = [config for config in files.files if config is not drop_in]
     merged = {}
     for config in others:
-        merged = imports_mod.deep_merge(merged, config.data)
+        merged = deep_merge(merged, config.data)
     for plugin_name, plugin in (data.get("plugins") or {}).items():
         if not isinstance(plugin, dict) or not isinstance(plugin.get("containerd"), dict):
             continue

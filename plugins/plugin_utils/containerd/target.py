@@ -13,7 +13,7 @@ import fnmatch
 import posixpath
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import ConfigError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import ConfigError
 
 DEFAULT_PATH = "/etc/containerd/config.toml"
 DROPIN_NAME = "99-nvidia.toml"

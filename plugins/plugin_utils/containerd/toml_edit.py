@@ -20,34 +20,21 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import datetime
-import math
 import re
-import sys
-
-from ansible.module_utils.basic import missing_required_lib
-
-try:
-    import tomlkit
-    from tomlkit.exceptions import ParseError
-except ImportError:  # reported by require_tomlkit() when an edit is planned
-    tomlkit = None
-
-    class ParseError(Exception):
-        """Never raised: keeps the except clauses valid without tomlkit."""
-
-try:  # Python 3.11+: the standard parser, with precise error positions
-    import tomllib
-except ImportError:  # pragma: no cover - older controllers
-    tomllib = None
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.containerd_semantics import (
     CRI_DISABLE_NAMES, CRI_RUNTIME_PLUGIN, CRI_RUNTIME_PLUGINS, CRI_V3_RUNTIME, cdi_always_on, newest_config_version)
-from ansible_collections.gpunode.nvidia.plugins.module_utils.node.runtime_views import deep_merge
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_contract import HOW_TO_REPORT
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.toml_reader import toml_type
-from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_layout import (
-    MAX_NESTING, Layout, ScanError, nesting_too_deep)
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.runtime_tables import (
+    INHERITED_KEYS, RUNC_SHIMS, RUNC_TYPE, V1_LINUX_SHIM, binaries_of, binary_keys, desired_runtime,
+    inherited_value, is_builtin_runc, is_nvidia_runtime, runtime_as_run)
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_layout import Layout, ScanError
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import (
+    ConfigError, parse, require_tomlkit)
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_render import (
+    blank_line_style, comparable, defining_ancestor, get_path, headers_under, insert_block, insert_dotted,
+    insert_table, leaves, pruned, render_keys, render_path, render_value, replace_value, set_path)
 
 # The CRI runtime plugin's table, by config version (field guide §2; the ids: node/containerd_semantics.py).
 CRI_PLUGIN = dict((version, ("plugins", plugin)) for version, plugin in CRI_RUNTIME_PLUGIN.items())
@@ -56,16 +43,10 @@ CRI_V1_RUNTIME = ("plugins", CRI_V3_RUNTIME)
 CRI_PLUGIN_IDS = CRI_DISABLE_NAMES
 # The CRI runtime plugin as containerd 1.x (v1/v2 configs) and 2.x (v3+) name it in `config dump`.
 CRI_DUMP_PLUGINS = CRI_RUNTIME_PLUGINS
-RUNC_TYPE = "io.containerd.runc.v2"
-# Shims that run the OCI runtime binary named in options.BinaryName (or, for the 1.x v1 shim, options.Runtime).
-RUNC_SHIMS = ("io.containerd.runc.v2", "io.containerd.runc.v1")
-V1_LINUX_SHIM = "io.containerd.runtime.v1.linux"
 BUILTIN_COMMENT = ("containerd's built-in runtime, written out as it runs today: with containerd 1.x "
                    "a file that lists any runtime replaces the built-in list")
 # The first line of a file this module creates: state: absent removes the file again once it holds nothing else.
 CREATED_COMMENT = "# Created by gpunode.nvidia.containerd_runtime (state: absent removes it when nothing else is set)."
-# Keys a runtime must share with the runtime pods use today, even when it already exists.
-INHERITED_KEYS = (("runtime_type",), ("privileged_without_host_devices",), ("options", "SystemdCgroup"))
 # Written above default_runtime_name only when the previous default cannot be derived from the file.
 PREVIOUS_DEFAULT = re.compile(r"^[ \t]*# gpunode\.nvidia: default_runtime_name was (unset|\"([^\"\\\n]*)\")")
 PREVIOUS_DEFAULT_COMMENT = "# gpunode.nvidia: default_runtime_name was %s (state: absent restores it)"
@@ -77,21 +58,9 @@ PREVIOUS_CDI_COMMENT = "# gpunode.nvidia: enable_cdi was %s (state: absent resto
 # `config dump`), with the value containerd uses without them.
 RUNTIMES_GATED_KEYS = (("snapshotter", "overlayfs"), ("disable_snapshot_annotations", True),
                        ("discard_unpacked_layers", False))
-MAX_DEPTH = 64  # tables, arrays and inline tables together
 _NOT_SET = object()
 BUG_REPORT = ("The file was left unchanged. This is a bug in gpunode.nvidia.containerd_runtime: %s, "
               "with the file attached (credentials removed)." % HOW_TO_REPORT)
-
-
-class ConfigError(Exception):
-    """A config this module must not edit; the message says where and what to do."""
-
-
-def require_tomlkit():
-    """Fail with the install line when the controller has no tomlkit (a controller-side requirement)."""
-    if tomlkit is None:
-        raise ConfigError("%s Install it on the controller: %s -m pip install tomlkit" % (
-            missing_required_lib("tomlkit", reason="to edit containerd's config.toml"), sys.executable))
 
 
 class Plan(object):
@@ -123,74 +92,6 @@ class Plan(object):
 
 
 # ---------------------------------------------------------------- reading
-
-
-def parse(text, path):
-    """Parse TOML into plain data; syntax errors name file, line and column."""
-    text = text[1:] if text.startswith(BOM) else text  # containerd 1.x reads past it; 2.x refuses it (its dump says)
-    deep = nesting_too_deep(text)
-    if deep:
-        raise ConfigError(
-            "%s: line %d, column %d: arrays or inline tables nested more than %d levels deep; containerd "
-            "configs never need that. The file was left unchanged; flatten that value and run again."
-            % (path, deep[0], deep[1], MAX_NESTING))
-    try:
-        if tomllib is not None:
-            try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
-                match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
-                at_end = re.search(r"^(.*) \(at end of document\)$", str(exc))
-                if at_end:
-                    raise _syntax_error(path, *_end_of_file(text, at_end.group(1)))
-                reason, line, col = match.groups() if match else (str(exc), "?", "?")
-                raise _syntax_error(path, line, col, reason)
-        else:  # pragma: no cover
-            try:
-                data = tomlkit.parse(text).unwrap()
-            except ParseError as exc:
-                reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
-                raise _syntax_error(path, exc.line, exc.col, reason)
-    except RecursionError:
-        raise ConfigError("%s: the document nests too deeply to be read safely. The file was left unchanged; "
-                          "flatten it and run again." % path)
-    _check_depth(data, path)
-    return data
-
-
-_HEADER = re.compile(r"^[ \t]*(\[\[?[^\]\n]+\]\]?)")
-
-
-def _end_of_file(text, reason):
-    """(line, column, reason) for an error the parser met at the end of the file: the last line, and the
-    table that was still open there (where an unclosed string or array usually began)."""
-    lines = text.split("\n")
-    while len(lines) > 1 and not lines[-1].strip():
-        lines.pop()
-    headers = [match.group(1) for match in (_HEADER.match(line) for line in lines) if match]
-    where = " in table %s" % headers[-1] if headers else " at the top level (before any table)"
-    return (len(lines), len(lines[-1]) + 1,
-            "%s at the end of the file (the last line)%s" % (reason, where))
-
-
-def _syntax_error(path, line, col, reason):
-    return ConfigError("%s: line %s, column %s: %s. The file was left unchanged; fix the TOML and run again."
-                       % (path, line, col, reason.rstrip(".")))
-
-
-def _check_depth(data, path):
-    """Refuse documents nested deeper than MAX_DEPTH (checked iteratively: no recursion on input)."""
-    stack = [(data, 1, ())]
-    while stack:
-        value, depth, top = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ConfigError("%s: key %s nests tables and arrays more than %d levels deep; containerd configs "
-                              "never need that. The file was left unchanged; flatten it and run again."
-                              % (path, render_key(top[0]) if top else "(top level)", MAX_DEPTH))
-        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-        for key, child in children:
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1, top or (str(key),)))
 
 
 def default_version(containerd_version):
@@ -292,29 +193,6 @@ def _position(layout, table_path):
     return "line ?"
 
 
-def get_path(data, path, default=None):
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return default
-        data = data[key]
-    return data
-
-
-def is_nvidia_runtime(name, table):
-    binary = get_path(table, ("options", "BinaryName")) or ""
-    return "nvidia" in name or "nvidia" in str(binary)
-
-
-def pick_source_runtime(runtimes, default_name, own_name):
-    """The runtime pods use today among merged runtimes (files of a drop-in world): the default unless
-    it is an nvidia runtime, else runc, else crun."""
-    for candidate in (default_name, "runc", "crun"):
-        table = runtimes.get(candidate)
-        if candidate != own_name and isinstance(table, dict) and not is_nvidia_runtime(candidate, table):
-            return candidate
-    return None
-
-
 def effective_runtimes(dump):
     """The runtimes table of a `config dump` (name -> table), or {}."""
     plugins = (dump or {}).get("plugins", {})
@@ -342,9 +220,6 @@ def _require_tables(data, layout, table_path, path, what):
 
 
 # ---------------------------------------------------------------- planning
-
-
-BOM = u"\ufeff"
 
 
 class _Text(object):
@@ -444,7 +319,7 @@ def _verify(output, expected, path):
         new_data = parse(output, path)
     except ConfigError:
         new_data = None
-    if new_data is None or _comparable(_pruned(new_data)) != _comparable(_pruned(expected)):
+    if new_data is None or comparable(pruned(new_data)) != comparable(pruned(expected)):
         raise ConfigError(
             "%s: could not edit this file in place without side effects (the edited text would not equal the "
             "original document plus the runtime). %s" % (path, BUG_REPORT))
@@ -453,6 +328,14 @@ def _verify(output, expected, path):
 
 class _Edit(object):
     """One planned edit: the text, the document it must equal, and what was decided."""
+
+    @property
+    def layout(self):
+        """The layout of the text as it is now: scanned again only after the text changed."""
+        cached = getattr(self, "_layout_of", None)
+        if cached is None or cached[0] is not self.text:
+            cached = self._layout_of = (self.text, Layout(self.text))
+        return cached[1]
 
     def __init__(self, text, data, cri, name, path, containerd_version, effective):
         self.text = text
@@ -571,7 +454,7 @@ class _Edit(object):
 
     def _marker(self, key_path, pattern):
         """(start, end, line text) of the comment line just above the key at `key_path`, if it is ours."""
-        return self._marker_above(Layout(self.text).key(key_path), pattern)
+        return self._marker_above(self.layout.key(key_path), pattern)
 
     def _marker_above(self, entry, pattern):
         """(start, end, line text) of the comment line just above `entry` (a key or header), if it is ours."""
@@ -597,7 +480,7 @@ class _Edit(object):
         candidates += [(n, t) for n, t in runtimes.items() if n not in ("runc", self.name, reference)
                        and isinstance(t, dict) and not is_nvidia_runtime(n, t)]
         for candidate, table in candidates:
-            if all(_inherited(table, key) == _inherited(ours, key) for key in INHERITED_KEYS):
+            if all(inherited_value(table, key) == inherited_value(ours, key) for key in INHERITED_KEYS):
                 return candidate
         return "runc" if runc_usable else None
 
@@ -605,7 +488,7 @@ class _Edit(object):
 
     def present(self, binary, set_as_default, cdi):
         if set_as_default and self.legacy_default is not None:
-            layout = Layout(self.text)
+            layout = self.layout
             raise ConfigError(
                 "%s: %s: this file sets the deprecated `default_runtime` table, which containerd turns into "
                 "the default runtime (named \"default\") whatever default_runtime_name says, so %s cannot "
@@ -624,7 +507,7 @@ class _Edit(object):
                          and _replaces_builtin_runtimes(self.containerd_version))
         builtin = self._builtin(builtin_name) if write_builtin else None
         existing = self.runtimes.get(self.name)
-        self.runtime = _desired_runtime(existing, source, binary)
+        self.runtime = desired_runtime(existing, source, binary)
         runtime_path = self.runtimes_path + (self.name,)
         # Parent keys first, so that a new runtime table nests under any header they add.
         if cdi:
@@ -635,15 +518,15 @@ class _Edit(object):
             added_table = self._set_in_table(self.default_path, self.name)
             planned = copy.deepcopy(self.expected)
             if write_builtin:
-                _set_path(planned, self.runtimes_path + (builtin_name,), builtin)
-            _set_path(planned, runtime_path, self.runtime)
+                set_path(planned, self.runtimes_path + (builtin_name,), builtin)
+            set_path(planned, runtime_path, self.runtime)
             if added_table is not None:
                 self._write_marker_above(added_table, PREVIOUS_DEFAULT_COMMENT % "unset")
             elif self._derived_previous(planned) != self.default_name:
                 self._write_default_marker(self.default_name)
         if write_builtin:
             self._add_table(self.runtimes_path + (builtin_name,), builtin, None, comment=BUILTIN_COMMENT)
-            _set_path(self.expected, self.runtimes_path + (builtin_name,), builtin)
+            set_path(self.expected, self.runtimes_path + (builtin_name,), builtin)
             self.runtimes = {builtin_name: builtin}
         if existing is None:
             after = self.source_name if self.source_name in self.runtimes else (
@@ -651,7 +534,7 @@ class _Edit(object):
             self._add_table(runtime_path, self.runtime, after)
         else:
             self._update_runtime(runtime_path, existing, self.runtime)
-        _set_path(self.expected, runtime_path, self.runtime)
+        set_path(self.expected, runtime_path, self.runtime)
         self.planned_keys.append(runtime_path)
         for key in binary_keys(self.runtime):
             self.expected_values[runtime_path + key] = binary
@@ -681,7 +564,7 @@ class _Edit(object):
 
     def _cdi_always_on(self, key_path):
         """containerd 2.4 removed enable_cdi and always runs CDI (RELEASES.md): the request holds without the key."""
-        entry = Layout(self.text).key(key_path)
+        entry = self.layout.key(key_path)
         found = (" %s line %d still sets enable_cdi = %s, a key containerd 2.4 removed (deprecated since 2.2): "
                  "delete it." % (self.path, entry.line, render_value(get_path(self.data, key_path)))
                  if entry is not None else "")
@@ -691,14 +574,14 @@ class _Edit(object):
     def _set_in_table(self, key_path, value):
         """Set a key; the path of its table when that table's header was added for it, else None."""
         table_path = key_path[:-1]
-        had_header = Layout(self.text).header(table_path) is not None
+        had_header = self.layout.header(table_path) is not None
         self._set(key_path, value)
-        return table_path if not had_header and Layout(self.text).header(table_path) is not None else None
+        return table_path if not had_header and self.layout.header(table_path) is not None else None
 
     def _write_marker_above(self, table_path, line):
         """Our line above a header present added (absent then removes the header with the key)."""
-        header = Layout(self.text).header(table_path)
-        self.text = _insert(self.text, header.start, header.indent + line + "\n")
+        header = self.layout.header(table_path)
+        self.text = insert_block(self.text, header.start, header.indent + line + "\n")
 
     def _refuse_runtimes_gated_settings(self):
         """containerd 2.x: the first runtime table of a version 2 file brings settings into effect that it
@@ -712,7 +595,7 @@ class _Edit(object):
                  if key in table and table[key] != default]
         if not gated:
             return
-        entry = Layout(self.text).key(containerd_path + (gated[0][0],))
+        entry = self.layout.key(containerd_path + (gated[0][0],))
         raise ConfigError(
             "%s: line %s: containerd %s ignores %s in this version 2 file today (it reads them only from a file "
             "that has a [%s] table, and this one has none), so adding runtime %r would bring %s into effect (it "
@@ -727,30 +610,30 @@ class _Edit(object):
 
     def _write_marker(self, key_path, line):
         """Write comment `line` just above the key at `key_path`."""
-        entry = Layout(self.text).key(key_path)
-        self.text = _insert(self.text, entry.start, entry.indent + line + "\n")
+        entry = self.layout.key(key_path)
+        self.text = insert_block(self.text, entry.start, entry.indent + line + "\n")
 
     def _write_default_marker(self, previous):
         label = "unset" if previous is None else '"%s"' % previous
         if previous is not None and ('"' in previous or "\\" in previous or "\n" in previous):
             raise ConfigError("%s: line %d: the current default_runtime_name %r cannot be recorded for state: "
                               "absent; rename that runtime and run again. The file was left unchanged."
-                              % (self.path, Layout(self.text).key(self.default_path).line, previous))
+                              % (self.path, self.layout.key(self.default_path).line, previous))
         self._write_marker(self.default_path, PREVIOUS_DEFAULT_COMMENT % label)
 
     def _update_runtime(self, runtime_path, existing, desired):
-        layout = Layout(self.text)
+        layout = self.layout
         inline = layout.key(runtime_path)
         if inline is not None:
             # Written as one inline table: that line is the runtime's own, rewrite its value.
-            self.text = _replace_value(self.text, inline, desired)
+            self.text = replace_value(self.text, inline, desired)
             return
-        for key_path, value in _leaves(desired):
+        for key_path, value in leaves(desired):
             if get_path(existing, key_path) != value:
-                holder = Layout(self.text).inline_ancestor(runtime_path + key_path)
+                holder = self.layout.inline_ancestor(runtime_path + key_path)
                 if holder is not None and holder.path[:len(runtime_path)] == runtime_path:
                     # An inline table inside the runtime's own table (options = { ... }): its line is ours.
-                    self.text = _replace_value(self.text, holder, get_path(desired, holder.path[len(runtime_path):]))
+                    self.text = replace_value(self.text, holder, get_path(desired, holder.path[len(runtime_path):]))
                 else:
                     self._set(runtime_path + key_path, value, update_expected=False)
 
@@ -766,7 +649,7 @@ class _Edit(object):
                 if previous is _NOT_RECORDED:
                     previous = self._derived_previous(self.data)
             self.source_name = previous if previous is not _NOT_RECORDED else None
-            binaries = _binaries_of(self.runtimes[self.name])
+            binaries = binaries_of(self.runtimes[self.name])
             self._remove_tree(runtime_path)
             del get_path(self.expected, self.runtimes_path)[self.name]
             self._plan(runtime_path)
@@ -804,7 +687,7 @@ class _Edit(object):
     def _marker_of_added_table(self, key_path, pattern):
         """(start, end, line) of our line above the header of `key_path`'s table when present added that
         header for the key (the key alone right under it, and unset before), or None."""
-        layout = Layout(self.text)
+        layout = self.layout
         header, key = layout.header(key_path[:-1]), layout.key(key_path)
         if (header is None or key is None or layout.section_keys(header) != [key]
                 or self.text[header.end:key.start].strip()):
@@ -822,12 +705,12 @@ class _Edit(object):
 
     def _remove_added_tables(self):
         for key_path, pattern in self._added_tables:
-            layout = Layout(self.text)
+            layout = self.layout
             start, end = self._marker_of_added_table(key_path, pattern)[0], layout.key(key_path).end
             # The blank line present wrote with the table, in the file's style without it (as present saw it):
             # after it when the table went before its first sub-table, else before it.
             following = [entry for entry in layout.entries if entry.is_header and entry.start >= end][:1]
-            if _blank_line_style(Layout(self.text[:start] + self.text[end:])):
+            if blank_line_style(Layout(self.text[:start] + self.text[end:])):
                 if (following and following[0].path[:len(key_path) - 1] == key_path[:-1]
                         and self.text[end:].startswith("\n")):
                     end += 1
@@ -854,7 +737,7 @@ class _Edit(object):
         if (self.name == "runc" or not isinstance(remaining, dict) or list(remaining) != ["runc"]
                 or not is_builtin_runc(remaining["runc"])):
             return False
-        first = Layout(self.text).under(runc_path)[0]  # its header, or its first dotted key
+        first = self.layout.under(runc_path)[0]  # its header, or its first dotted key
         start = self.text.rfind("\n", 0, max(first.start - 1, 0)) + 1
         if self.text[start:first.start].strip() != "# " + BUILTIN_COMMENT:
             return False
@@ -871,14 +754,14 @@ class _Edit(object):
         emptied = ((self.runtimes_path,) if _replaces_builtin_runtimes(self.containerd_version)
                    and not keep_runtimes_header else ())
         for table_path in emptied + (self.cri + ("containerd",), self.cri):
-            layout = Layout(self.text)
+            layout = self.layout
             header = layout.header(table_path)
             if (header is not None and layout.under(table_path) == [header] and get_path(self.data, table_path)
-                    and not _pruned(get_path(self.expected, table_path))):
+                    and not pruned(get_path(self.expected, table_path))):
                 self._remove_tree(table_path)
 
     def _remove_key(self, key_path):
-        layout = Layout(self.text)
+        layout = self.layout
         self._refuse_inline(key_path, layout)
         entry = layout.key(key_path)
         self.text = self.text[:entry.start] + self.text[entry.end:]
@@ -903,19 +786,19 @@ class _Edit(object):
 
     def _set(self, key_path, value, update_expected=True):
         """Set one key: replace its value in place, or add it in the style of its table."""
-        layout = Layout(self.text)
+        layout = self.layout
         self._refuse_inline(key_path, layout)
         entry = layout.key(key_path)
         if entry is not None:
-            self.text = _replace_value(self.text, entry, value)
+            self.text = replace_value(self.text, entry, value)
         else:
             self._add(key_path[:-1], {key_path[-1]: value}, layout)
         if update_expected:
-            _set_path(self.expected, key_path, value)
+            set_path(self.expected, key_path, value)
 
     def _add_table(self, table_path, table, after_name, comment=None):
         """Add a new table (a runtime) beside `after_name`'s, in that runtime's style."""
-        layout = Layout(self.text)
+        layout = self.layout
         self._refuse_inline(table_path, layout)
         if after_name is not None:
             sibling = self.runtimes_path + (after_name,)
@@ -923,11 +806,11 @@ class _Edit(object):
             if entry is not None:  # the sibling is one inline table: add ours as one more line beside it
                 relative = entry.path[len(entry.table):-1] + (table_path[-1],)
                 line = "%s%s = %s\n" % (entry.indent, render_path(relative, layout.quote_char()), render_value(table))
-                self.text = _insert(self.text, entry.end, line)
+                self.text = insert_block(self.text, entry.end, line)
                 return
             dotted = layout.dotted_entries(sibling)
-            if dotted and layout.header(sibling) is None and not _headers_under(layout, sibling):
-                self.text = _insert_dotted(self.text, layout, dotted, table_path, table)
+            if dotted and layout.header(sibling) is None and not headers_under(layout, sibling):
+                self.text = insert_dotted(self.text, layout, dotted, table_path, table)
                 return
         self._add(table_path, table, layout, after=(self.runtimes_path + (after_name,)) if after_name else None,
                   comment=comment, whole_table=True)
@@ -939,21 +822,21 @@ class _Edit(object):
             keys = layout.section_keys(header)
             offset = keys[-1].end if keys else header.end
             indent = keys[-1].indent if keys else header.indent + layout.indent_step()
-            self.text = _insert(self.text, offset, _render_keys((), table, indent, layout.quote_char()))
+            self.text = insert_block(self.text, offset, render_keys((), table, indent, layout.quote_char()))
             return
         dotted = layout.dotted_entries(table_path)
         if dotted and not whole_table:
-            self.text = _insert_dotted(self.text, layout, dotted, table_path, table)
+            self.text = insert_dotted(self.text, layout, dotted, table_path, table)
             return
-        anchor = _defining_ancestor(layout, table_path)
-        if anchor is not None and anchor[0] == "dotted" and not _headers_under(layout, anchor[1] + table_path[
+        anchor = defining_ancestor(layout, table_path)
+        if anchor is not None and anchor[0] == "dotted" and not headers_under(layout, anchor[1] + table_path[
                 len(anchor[1]):len(anchor[1]) + 1]):
-            self.text = _insert_dotted(self.text, layout, anchor[2], table_path, table, comment)
+            self.text = insert_dotted(self.text, layout, anchor[2], table_path, table, comment)
             return
         if header is not None or dotted:
             raise ConfigError("%s: %s is already defined; refusing to define it twice. %s"
                               % (self.path, render_path(table_path, '"'), BUG_REPORT))
-        self.text = _insert_table(self.text, layout, table_path, table, after_path=after, comment=comment)
+        self.text = insert_table(self.text, layout, table_path, table, after_path=after, comment=comment)
 
     def _refuse_inline(self, key_path, layout):
         holder = layout.inline_ancestor(key_path)
@@ -975,10 +858,10 @@ class _Edit(object):
 
     def _remove_tree(self, table_path):
         """Remove every line that defines `table_path` or anything under it."""
-        layout = Layout(self.text)
+        layout = self.layout
         self._refuse_inline(table_path, layout)
         spans = []
-        blank = _blank_line_style(layout)
+        blank = blank_line_style(layout)
         for entry in layout.under(table_path):
             if entry.is_header:
                 start, end = entry.start, layout.section_end(entry)
@@ -994,80 +877,10 @@ class _Edit(object):
 _NOT_RECORDED = object()
 
 
-def _inherited(table, key):
-    """An inherited key's value, with containerd's defaults (false; the runc shim for no runtime_type)."""
-    value = get_path(table, key)
-    if key == ("runtime_type",):
-        return value or RUNC_TYPE
-    return False if value is None else value
-
-
-def _binaries_of(table):
-    """The OCI runtime binaries a runtime table names (options.BinaryName, the v1 shim's options.Runtime
-    or, without options, its runtime_engine)."""
-    return [value for value in (get_path(table, key) for key in _BINARY_KEYS) if isinstance(value, str) and value]
-
-
-_BINARY_KEYS = (("options", "BinaryName"), ("options", "Runtime"), ("runtime_engine",))
-
-
-def binary_keys(table):
-    """Where a runtime table names its OCI runtime binary: options.BinaryName; the 1.x v1 shim reads
-    options.Runtime, and without an options table its legacy runtime_engine (containerd 1.x builds the v1
-    shim's options from runtime_engine, runtime_root and the CRI-level systemd_cgroup only then)."""
-    if table.get("runtime_type") != V1_LINUX_SHIM:
-        return (("options", "BinaryName"),)
-    if "options" not in table:
-        return (("runtime_engine",),)
-    return (("options", "BinaryName"), ("options", "Runtime"))
-
-
-def is_builtin_runc(table):
-    """Whether a runtime table says nothing containerd's built-in runc does not (1.6/1.7 `config dump`)."""
-    return runtime_as_run(None, table) in ({"runtime_type": RUNC_TYPE},
-                                           {"runtime_type": RUNC_TYPE, "sandbox_mode": "podsandbox"})
-
-
-def runtime_as_run(file_table, effective_table):
-    """A runtime as containerd runs it: its effective table (`config dump`) without the zero values a
-    new runtime gets anyway, under the keys the file itself sets."""
-    table = _without_zero_values(effective_table) if isinstance(effective_table, dict) else {}
-    return deep_merge(table, file_table if isinstance(file_table, dict) else {})
-
-
-def _without_zero_values(data):
-    kept = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            value = _without_zero_values(value)
-        if value not in ("", 0, False, [], {}) or isinstance(value, float):
-            kept[key] = value
-    return kept
-
-
 def _replaces_builtin_runtimes(containerd_version):
     """True unless containerd is known to be 2.x, which merges a file's runtimes with its own."""
     major = _major(containerd_version)
     return major is None or major < 2
-
-
-def _pruned(data):
-    """Data without empty tables: a table that only existed to hold ours is no loss."""
-    if not isinstance(data, dict):
-        return data
-    pruned = dict((k, _pruned(v)) for k, v in data.items())
-    return dict((k, v) for k, v in pruned.items() if v != {})
-
-
-def _comparable(data):
-    """Data where NaN equals NaN (TOML allows nan; nan != nan would refuse a correct edit)."""
-    if isinstance(data, dict):
-        return dict((k, _comparable(v)) for k, v in data.items())
-    if isinstance(data, list):
-        return [_comparable(v) for v in data]
-    if isinstance(data, float) and math.isnan(data):
-        return ("nan",)
-    return data
 
 
 def _with_version(text, version):
@@ -1077,206 +890,11 @@ def _with_version(text, version):
     return prefix + "version = %d\n" % version
 
 
-def _desired_runtime(existing, source, binary):
-    """The runtime table to write: a copy of `source`, or `existing` brought in line with it."""
-    if existing is None:
-        table = copy.deepcopy(source)
-    else:
-        table = copy.deepcopy(existing)
-        for key in INHERITED_KEYS:
-            value = get_path(source, key)
-            # A key the table leaves out is read by containerd as its default: equal is no change to write
-            # (the source may spell out defaults, as a written-out runc does).
-            if value is not None and _inherited(source, key) != _inherited(table, key):
-                _set_path(table, key, value)
-    if not table.get("runtime_type"):
-        table["runtime_type"] = RUNC_TYPE  # containerd refuses a container whose runtime has no type
-    if binary is not None:
-        for key in binary_keys(table):
-            _set_path(table, key, binary)
-    return table
-
-
-def _set_path(data, path, value):
-    for key in path[:-1]:
-        data = data.setdefault(key, {})
-    data[path[-1]] = value
-
-
-# ---------------------------------------------------------------- rendering
-
-
-def render_value(value, old_text=None):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        if old_text and old_text.startswith("'") and not old_text.startswith("'''") and _literal_ok(value):
-            return "'%s'" % value
-        return _basic_string(value)
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, list):
-        return "[" + ", ".join(render_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        return "{ " + ", ".join("%s = %s" % (render_key(k), render_value(v)) for k, v in value.items()) + " }"
-    raise TypeError("cannot render %r as TOML" % (value,))
-
-
-def _literal_ok(value):
-    return not re.search(r"['\x00-\x08\x0a-\x1f\x7f]", value)
-
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def _basic_string(value):
-    out = []
-    for char in value:
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7f:
-            out.append("\\u%04x" % ord(char))
-        else:
-            out.append(char)
-    return '"%s"' % "".join(out)
-
-
-def render_key(key, quote='"'):
-    if re.match(r"^[A-Za-z0-9_-]+$", key):
-        return key
-    if quote == "'" and _literal_ok(key):
-        return "'%s'" % key
-    return _basic_string(key)
-
-
-def render_path(path, quote):
-    return ".".join(render_key(k, quote) for k in path)
-
-
-def _replace_value(text, entry, value):
-    old = text[entry.value_start:entry.value_end]
-    return text[:entry.value_start] + render_value(value, old) + text[entry.value_end:]
-
-
-def _render_keys(prefix, table, indent, quote):
-    """`a.b = v` lines for every leaf of `table` (empty tables as `x = {}`)."""
-    return "".join("%s%s = %s\n" % (indent, render_path(prefix + key_path, quote), render_value(value))
-                   for key_path, value in _leaves(table))
-
-
-def _insert_dotted(text, layout, dotted, table_path, table, comment=None):
-    """Add `table`'s leaves as dotted keys beside the last dotted entry that defines its ancestor."""
-    last = dotted[-1]
-    prefix = table_path[len(last.table):]
-    block = _render_keys(prefix, table, last.indent, layout.quote_char())
-    return _insert(text, last.end, ("%s# %s\n" % (last.indent, comment) if comment else "") + block)
-
-
-def _defining_ancestor(layout, table_path):
-    """('header', path, entry) or ('dotted', path, entries) of the deepest ancestor defined explicitly."""
-    for size in range(len(table_path) - 1, 0, -1):
-        ancestor = table_path[:size]
-        if layout.header(ancestor) is not None:
-            return "header", ancestor, layout.header(ancestor)
-        dotted = layout.dotted_entries(ancestor)
-        if dotted:
-            return "dotted", ancestor, dotted
-    return None
-
-
-def _headers_under(layout, table_path):
-    return [e for e in layout.entries if e.is_header and e.path[:len(table_path)] == table_path]
-
-
-def _insert(text, offset, block):
-    if offset > 0 and not text[:offset].endswith("\n"):
-        block = "\n" + block
-    return text[:offset] + block + text[offset:]
-
-
-def _insert_table(text, layout, path, table, after_path=None, comment=None):
-    """Insert `[path]` with `table` (and its sub-tables) where a person would put it."""
-    step = layout.indent_step()
-    blank = _blank_line_style(layout)
-    descendants = _headers_under(layout, path)
-    if after_path is not None and layout.subtree_end(after_path) is not None:
-        anchor = layout.header(after_path) or _headers_under(layout, after_path)[0]
-        offset = layout.subtree_end(after_path)
-        indent = anchor.indent + step * max(0, len(path) - len(anchor.path))
-    elif descendants:
-        # A parent table declared just before its first sub-table keeps the file readable.
-        first = descendants[0]
-        offset = first.start
-        ancestor = _deepest_existing_ancestor(layout, path)
-        indent = ancestor.indent + step if ancestor is not None else first.indent
-        block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
-        return text[:offset] + block.lstrip("\n") + ("\n" if blank else "") + text[offset:]
-    else:
-        ancestor = _deepest_existing_ancestor(layout, path)
-        if ancestor is not None:
-            offset = layout.subtree_end(ancestor.path)
-            indent = ancestor.indent + step
-        else:
-            offset, indent = len(text), ""
-    block = _render_table(path, table, indent, step, layout.quote_char(), blank, comment)
-    return _insert(text, offset, block)
-
-
-def _deepest_existing_ancestor(layout, path):
-    for size in range(len(path) - 1, 0, -1):
-        header = layout.header(path[:size])
-        if header is not None:
-            return header
-    return None
-
-
-def _blank_line_style(layout):
-    """True when the file separates tables with a blank line."""
-    headers = [e for e in layout.entries if e.is_header]
-    text = layout.text
-    separated = sum(1 for h in headers if h.start >= 2 and text[:h.start].endswith("\n\n"))
-    return bool(headers) and separated * 2 >= len(headers)
-
-
-def _render_table(path, table, indent, step, quote, blank, comment=None):
-    lines = ["\n"] if blank else []
-    if comment:
-        lines.append("%s# %s\n" % (indent, comment))
-    lines.append("%s[%s]\n" % (indent, render_path(path, quote)))
-    inner = indent + step
-    for key, value in table.items():
-        if not isinstance(value, dict) or not value:
-            lines.append("%s%s = %s\n" % (inner, render_key(key, quote), render_value(value)))
-    for key, value in table.items():
-        if isinstance(value, dict) and value:
-            lines.append(_render_table(path + (key,), value, inner, step, quote, blank))
-    return "".join(lines)
-
-
-def _leaves(data, prefix=()):
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            yield from _leaves(value, prefix + (key,))
-        else:
-            yield prefix + (key,), value
-
-
 class _KeyEdit(object):
     """Set keys of a file outside a runtime plan (a default in another file, options a drop-in
     inherits), with the same in-place rules and refusals as the plan itself."""
 
+    layout = _Edit.layout
     _set = _Edit._set
     _add = _Edit._add
     _refuse_inline = _Edit._refuse_inline

@@ -314,6 +314,6 @@ def test_a_default_spelled_out_in_the_source_is_no_change_to_an_existing_runtime
     existing = {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": "/usr/bin/nvidia-container-runtime"}}
     source = {"runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": False,
               "options": {"SystemdCgroup": False, "BinaryName": ""}}
-    assert containerd_toml._desired_runtime(existing, source, "/usr/bin/nvidia-container-runtime") == existing
+    assert containerd_toml.desired_runtime(existing, source, "/usr/bin/nvidia-container-runtime") == existing
     source["options"]["SystemdCgroup"] = True
-    assert containerd_toml._desired_runtime(existing, source, None)["options"]["SystemdCgroup"] is True
+    assert containerd_toml.desired_runtime(existing, source, None)["options"]["SystemdCgroup"] is True

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_layout import Layout
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
     ConfigError,
-    _pruned,
+    pruned,
     binary_keys,
     parse,
     plan_runtime_edit,
@@ -444,7 +444,7 @@ def without_edit(data, plan, name, builtin_written, created):
                     runtimes.pop(written_builtin(plan), None)
     if created:
         data.pop("version", None)
-    return _normal(_pruned(data))
+    return _normal(pruned(data))
 
 
 def _copy(data):
@@ -564,7 +564,7 @@ def test_property_present_then_absent_restores_the_document(text, opts):
                                 containerd_version=V21, name=name)
     restored = document(removed.text)
     if original:
-        assert _normal(_pruned(restored)) == _normal(_pruned(original))
+        assert _normal(pruned(restored)) == _normal(pruned(original))
     else:  # an empty file gained `version = N`: absent leaves the version, nothing else
         assert set(document(removed.text)) <= {"version", "plugins"}
     if not opts["set_as_default"] and original:
@@ -664,7 +664,7 @@ def test_property_present_absent_present_round_trips_on_containerd_1(text, opts)
         return
     removed = plan_runtime_edit(plan.text, "/etc/containerd/config.toml", state="absent", containerd_version=V16,
                                 name=name)
-    assert _normal(_pruned(document(removed.text))) == _normal(_pruned(original))
+    assert _normal(pruned(document(removed.text))) == _normal(pruned(original))
     ending = "\r\n" if "\r\n" in text else "\n"
     if not opts["set_as_default"]:
         event("byte round trip on 1.x")

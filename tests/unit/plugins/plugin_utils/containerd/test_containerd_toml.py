@@ -7,7 +7,7 @@ import pytest
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import MASK, mask_text
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edit import (
     ConfigError,
-    _pruned,
+    pruned,
     parse,
     plan_runtime_edit,
 )
@@ -78,7 +78,7 @@ def test_present_default_then_absent_restores_effective_data(name):
         # containerd's built-in default is runc: naming it explicitly changes nothing.
         if cri.get("default_runtime_name") == "runc" and "default_runtime_name" not in str(text):
             del cri["default_runtime_name"]
-    assert _pruned(data) == _pruned(original)
+    assert pruned(data) == pruned(original)
 
 
 def test_new_runtime_copies_the_runtime_pods_use_today():
@@ -353,7 +353,7 @@ def test_absent_gives_back_containerds_builtin_default_in_a_v3_file_defining_onl
     assert added.source_runtime == "runc"  # containerd's built-in default, not the file's only runtime
     removed = edit(added.text, state="absent")
     assert "default_runtime_name" not in removed.text
-    assert _pruned(removed.data) == _pruned(parse(text, "x"))
+    assert pruned(removed.data) == pruned(parse(text, "x"))
 
 
 def test_absent_restores_an_explicit_runc_default_without_a_runc_table():
@@ -405,8 +405,8 @@ def test_version_2_file_with_cri_v1_tables_is_refused_where_no_reader_is_known(v
 
 def test_editor_mistakes_become_refusals_not_writes(monkeypatch):
     from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import toml_edit as containerd_toml
-    monkeypatch.setattr(containerd_toml, "_render_keys", lambda *a: "oops = 1\n")
-    monkeypatch.setattr(containerd_toml, "_insert_table", lambda text, *a, **k: text + "oops = 1\n")
+    monkeypatch.setattr(containerd_toml, "render_keys", lambda *a: "oops = 1\n")
+    monkeypatch.setattr(containerd_toml, "insert_table", lambda text, *a, **k: text + "oops = 1\n")
     with pytest.raises(ConfigError, match="could not edit this file in place.*This is a bug"):
         edit(read("v2-commented.toml"))
 
