@@ -80,9 +80,10 @@ class ActionModule(ValidatedAction):
             targets = [{"name": name} for name in verifier.select_nodes(args["node_selector"])]
         if not targets:
             raise cv.VerifyError("no GPU nodes to verify: give nodes, or a node_selector that matches some")
-        runtime_class = "present"
         if args["create_runtime_class"]:
             runtime_class = verifier.ensure_runtime_class(self._task.check_mode)
+        else:
+            runtime_class = verifier.require_runtime_class()
         if self._task.check_mode:
             return dict(changed=runtime_class == "would-create", runtime_class_state=runtime_class, passed=False,
                         nodes=[dict(node=t["name"], result="not-run") for t in targets], table=[],

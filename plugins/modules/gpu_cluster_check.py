@@ -22,8 +22,8 @@ description:
 notes:
   - For each node in O(nodes) (or matching O(node_selector)) creates one pod pinned to it through
     C(nodeSelector kubernetes.io/hostname), so that the scheduler, the node's taints and its
-    C(nvidia.com/gpu) allocatable take part as for any GPU pod, with C(runtimeClassName), C(resources.limits
-    nvidia.com/gpu) and O(tolerations). It waits for C(Succeeded) within O(timeout), reads the log for
+    C(nvidia.com/gpu) allocatable take part as for any GPU pod, with C(runtimeClassName), C(resources.requests)
+    and C(limits) C(nvidia.com/gpu) (O(gpus_per_pod)) and O(tolerations). It waits for C(Succeeded) within O(timeout), reads the log for
     C(Test PASSED) and deletes the pod, also on failure. All nodes run in parallel (O(parallelism) threads).
   - A failure is explained from the pod's events and container states, its log, and the node's
     C(nvidia.com/gpu) allocatable and C(Ready) condition, for example C(Insufficient nvidia.com/gpu) or zero
@@ -57,7 +57,8 @@ options:
   create_runtime_class:
     description:
       - Create the RuntimeClass when it is missing. An existing one with another handler is an error
-        (a RuntimeClass's handler cannot be changed).
+        (a RuntimeClass's handler cannot be changed). False - only check that it is there, with its handler
+        (site.yml's cluster stage, M(gpunode.nvidia.gpu_cluster_stage), creates it).
     type: bool
     default: true
   nodes:
@@ -81,7 +82,9 @@ options:
     choices: [Always, IfNotPresent, Never]
     default: IfNotPresent
   tolerations:
-    description: The pods' tolerations, in Kubernetes' own form. Default, the usual C(nvidia.com/gpu) taint.
+    description:
+      - The pods' tolerations, in Kubernetes' own form. Default, the usual C(nvidia.com/gpu) taint and the cluster
+        stage's C(gpunode.nvidia/unproven) taint (the proof is what lifts it).
     type: list
     elements: dict
   gpus_per_pod:

@@ -24,6 +24,24 @@ Kubernetes REST API that the project's cluster code uses, through the official
     GET    /api/v1/namespaces/{ns}/events[?fieldSelector=involvedObject.name=X]
     GET    /api/v1/events  (all namespaces)
     GET, POST /api/v1/namespaces/{ns}/configmaps      GET, PATCH .../configmaps/{name}  (merge of data)
+    GET, POST /api/v1/namespaces                      GET /api/v1/namespaces/{name}
+    GET, POST /api/v1/namespaces/{ns}/serviceaccounts GET, PUT .../serviceaccounts/{name}
+    GET, POST /apis/rbac.authorization.k8s.io/v1/clusterroles[bindings]   GET, PUT .../{name}
+    GET    /apis/apps/v1/daemonsets (all namespaces)  GET, POST /apis/apps/v1/namespaces/{ns}/daemonsets
+    GET, PUT /apis/apps/v1/namespaces/{ns}/daemonsets/{name}
+           (every object: 409 AlreadyExists on a second create, 409 Conflict on a stale resourceVersion,
+           404 NotFound with the API's message; a POST into a namespace that does not exist is the
+           real 404 'namespaces "x" not found' for these kinds)
+
+Node taints (spec.taints) are stored as written; the scheduler stand-in keeps a pod off a node
+whose NoSchedule/NoExecute taints it does not tolerate ("untolerated taint {key: value}").
+DaemonSets are run as the DaemonSet controller does: one pod per node that matches the template's
+nodeSelector and whose taints it tolerates (plus the controller's own tolerations), none elsewhere;
+a template naming a RuntimeClass that does not exist gets no pod (FailedCreate event, as the API
+server's admission rejects it). A bare node (`Node(..., bare=True)`: no GPU feature discovery labels,
+and no device plugin yet) advertises nvidia.com/gpu only while a pod of a DaemonSet running the
+`k8s-device-plugin` image runs on it: it stands in for the kubelet's device plugin registration and
+for the device plugin's image itself, which cannot run here.
 
 Pods are not run: a pod's status is computed from its age and the scripted
 behaviour of the node it is pinned to (`spec.nodeName`, or `spec.nodeSelector`
@@ -59,6 +77,9 @@ Scenario API (for any test, cluster verification or diagnosis):
         api.operand_start_seconds = 2              # operand pods created from now on are Pending this long
                                                    # (None: never Running, CrashLoopBackOff)
         api.set_ready("gpu-2", False); api.set_allocatable("gpu-1", "nvidia.com/gpu", 0); api.node("gpu-1")
+        api.add_daemonset("gpu-operator", {...})    # seed a DaemonSet (the GPU operator's, another plugin)
+        api.objects[("DaemonSet", ns, name)]        # every stored Namespace, ServiceAccount, ClusterRole,
+                                                   # ClusterRoleBinding and DaemonSet (ns None: cluster-scoped)
         api.eviction_grace = 0.5                   # evicted pods stay terminating this long
         api.mig_manager("gpu-1", "success")        # as the GPU operator's MIG manager: a new nvidia.com/mig.config
                                                    # label is answered with nvidia.com/mig.config.state=success
@@ -124,6 +145,22 @@ EVICTION_REFUSED = "Cannot evict pod as it would violate the pod's disruption bu
 CONFLICT_MESSAGE = ('Operation cannot be fulfilled on %s "%s": the object has been modified; '
                     'please apply your changes to the latest version and try again')
 OPERAND_LABEL = "nvidia.com/gpu.deploy.%s"
+CONTROLLER_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unschedulable")
+# The tolerations the DaemonSet controller adds to every DaemonSet pod (pkg/controller/daemon/util).
+DAEMONSET_TOLERATIONS = [
+    {"key": key, "operator": "Exists", "effect": effect} for key, effect in (
+        ("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"), ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule"), ("node.kubernetes.io/unschedulable", "NoSchedule"))]
+DEVICE_PLUGIN_IMAGE = re.compile(r"(^|/)k8s-device-plugin[:@]")
+# kind -> (API path of its collection, namespaced, apiVersion) of the generic object store.
+STORED_KINDS = {
+    "Namespace": ("namespaces", False, "v1"),
+    "ServiceAccount": ("serviceaccounts", True, "v1"),
+    "ClusterRole": ("clusterroles", False, "rbac.authorization.k8s.io/v1"),
+    "ClusterRoleBinding": ("clusterrolebindings", False, "rbac.authorization.k8s.io/v1"),
+    "DaemonSet": ("daemonsets", True, "apps/v1"),
+}
 # The GPU operator's DaemonSet for each operand label (what `kubectl -n gpu-operator get ds` lists).
 OPERAND_DAEMONSETS = {
     "device-plugin": "nvidia-device-plugin-daemonset", "dcgm-exporter": "nvidia-dcgm-exporter",
@@ -148,7 +185,8 @@ class Node:
     """One scripted node: its behaviour, GPU count and what GPU feature discovery would label."""
 
     def __init__(self, name, behaviour="success", gpus=1, driver="550.54.15",
-                 runtime="containerd://1.7.24", product="NVIDIA-A100-SXM4-40GB", labels=None):
+                 runtime="containerd://1.7.24", product="NVIDIA-A100-SXM4-40GB", labels=None, bare=False,
+                 taints=None):
         if behaviour not in NODE_BEHAVIOURS:
             raise ValueError("unknown behaviour %r, one of %s" % (behaviour, NODE_BEHAVIOURS))
         self.name = name
@@ -163,11 +201,16 @@ class Node:
         self.ready_override = None         # set_ready(); None: as the behaviour says
         self.extra_allocatable = {}        # set_allocatable(); e.g. {"nvidia.com/gpu": "0"}
         self.resource_version = 1
+        self.bare = bare                   # no GPU feature discovery, no device plugin until one runs here
+        self.taints = list(taints or [])   # spec.taints as written (registerWithTaints, patches)
+        self.device_plugin_running = False  # set by the DaemonSet stand-in for a bare node
 
     @property
     def allocatable_gpus(self):
         if "nvidia.com/gpu" in self.extra_allocatable:
             return int(self.extra_allocatable["nvidia.com/gpu"])
+        if self.bare and not self.device_plugin_running:
+            return 0
         return 0 if self.behaviour in ("zero_allocatable", "cpu") else self.gpus
 
     @property
@@ -185,7 +228,7 @@ class Node:
     def discovered_labels(self):
         """The labels the kubelet and GPU feature discovery put on the node."""
         labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux"}
-        if self.behaviour != "cpu":
+        if self.behaviour != "cpu" and not self.bare:
             major, minor, rev = (self.driver.split(".") + ["", "", ""])[:3]
             labels.update({
                 "nvidia.com/gpu.present": "true",
@@ -203,7 +246,7 @@ class Node:
         labels = {key: value for key, value in labels.items() if value is not None}
         resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
         capacity, allocatable = dict(resources), dict(resources)
-        if self.behaviour != "cpu":
+        if self.behaviour != "cpu" and (self.allocatable_gpus or not self.bare):
             capacity["nvidia.com/gpu"] = str(self.allocatable_gpus)
             allocatable["nvidia.com/gpu"] = str(self.allocatable_gpus)
         capacity.update(self.extra_allocatable)
@@ -235,7 +278,7 @@ class Node:
                 },
             },
         }
-        taints = []
+        taints = [dict(taint) for taint in self.taints]
         if not ready:  # the kubelet's NoSchedule, then the node lifecycle controller's NoExecute
             taints += [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
                        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
@@ -346,6 +389,9 @@ class KubeApiStandin:
         self.configmaps = {}    # (namespace, name) -> ConfigMap body
         self.mig_managers = {}  # node name -> the state the MIG manager reports for a new nvidia.com/mig.config
         self.peak_unavailable = 0
+        self.objects = {}       # (kind, namespace or None, name) -> body, for STORED_KINDS
+        for namespace in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            self.store_object("Namespace", None, {"metadata": {"name": namespace}})
         self.operand_start_seconds = 0  # a recreated operand pod is Pending this long; None: it never runs
         self.lock = threading.RLock()
         self.server = None
@@ -490,6 +536,9 @@ class KubeApiStandin:
         node.labels.update({key: None for key in discovered if key not in labels})
         node.annotations = dict(wanted.get("metadata", {}).get("annotations") or {})
         node.unschedulable = bool((wanted.get("spec") or {}).get("unschedulable"))
+        # The kubelet's and the node controller's own taints follow Ready and unschedulable, not the writer.
+        node.taints = [taint for taint in (wanted.get("spec") or {}).get("taints") or []
+                       if taint.get("key") not in CONTROLLER_TAINTS]
         self._node_changed(node)
         return node.to_api()
 
@@ -537,6 +586,93 @@ class KubeApiStandin:
             "status": {"phase": "Running"}})
         self.pods[key].operand = operand
         self.pods[key].starts_after = self.operand_start_seconds
+
+    # ---- stored objects and the DaemonSet controller -------------------------
+    def add_daemonset(self, namespace, body):
+        """Seed a DaemonSet (and its namespace), e.g. the GPU operator's; its pods follow as for any other."""
+        with self.lock:
+            if ("Namespace", None, namespace) not in self.objects:
+                self.store_object("Namespace", None, {"metadata": {"name": namespace}})
+            return self.store_object("DaemonSet", namespace, body)
+
+    def store_object(self, kind, namespace, body):
+        """Store BODY as the API server would: apiVersion, kind, uid, creationTimestamp, a new resourceVersion."""
+        _path, _namespaced, api_version = STORED_KINDS[kind]
+        body = copy.deepcopy(body)
+        body.update({"apiVersion": api_version, "kind": kind})
+        meta = body.setdefault("metadata", {})
+        key = (kind, namespace, meta["name"])
+        previous = self.objects.get(key, {}).get("metadata", {})
+        meta.update({"uid": previous.get("uid") or str(uuid.uuid4()),
+                     "creationTimestamp": previous.get("creationTimestamp") or now_iso(),
+                     "resourceVersion": str(self.next_revision())})
+        if namespace is not None:
+            meta["namespace"] = namespace
+        if kind == "Namespace":
+            body["status"] = {"phase": "Active"}
+        if kind == "DaemonSet":
+            meta["generation"] = previous.get("generation", 0) + 1
+            self._delete_daemonset_pods(namespace, meta["name"])  # a new template rolls every pod
+        self.objects[key] = body
+        return copy.deepcopy(body)
+
+    def _delete_daemonset_pods(self, namespace, name):
+        for key, pod in list(self.pods.items()):
+            if getattr(pod, "daemonset", None) == (namespace, name):
+                self.pods.pop(key)
+                self.pods_deleted.append(key)
+
+    def reconcile_daemonsets(self):
+        """As the DaemonSet controller and the kubelet: a pod of each DaemonSet on every node it selects and
+        tolerates, none elsewhere; a bare node advertises GPUs while a device plugin pod runs on it."""
+        plugin_nodes = set()
+        for (kind, namespace, name), daemonset in list(self.objects.items()):
+            if kind != "DaemonSet":
+                continue
+            template = daemonset["spec"]["template"]
+            spec = template.get("spec") or {}
+            runtime_class = spec.get("runtimeClassName")
+            scheduled = 0
+            for node in self.nodes.values():
+                key = (namespace, "%s-%s" % (name, node.name))
+                wanted = (_label_selector_matches(",".join("%s=%s" % kv for kv in (spec.get("nodeSelector") or {})
+                                                           .items()), node.to_api()["metadata"]["labels"])
+                          and not _untolerated(template, node.taints, DAEMONSET_TOLERATIONS))
+                if wanted and runtime_class and runtime_class not in self.runtimeclasses:
+                    if key not in self.pods and not any(e["involvedObject"]["name"] == name for e in self.events):
+                        self.add_event(namespace, name, "Warning", "FailedCreate", (
+                            'Error creating: pods "%s-" is forbidden: pod rejected: RuntimeClass "%s" not found'
+                            % (name, runtime_class)), kind="DaemonSet")
+                    wanted = False
+                if wanted and key not in self.pods:
+                    self._seed_daemonset_pod(key, (namespace, name), daemonset, node.name)
+                elif not wanted and key in self.pods:
+                    self.pods.pop(key)
+                    self.pods_deleted.append(key)
+                if wanted:
+                    scheduled += 1
+                    images = [c.get("image", "") for c in spec.get("containers") or []]
+                    if any(DEVICE_PLUGIN_IMAGE.search(image) for image in images):
+                        plugin_nodes.add(node.name)
+            daemonset["status"] = {"desiredNumberScheduled": scheduled, "currentNumberScheduled": scheduled,
+                                   "numberReady": scheduled, "numberAvailable": scheduled, "numberMisscheduled": 0,
+                                   "updatedNumberScheduled": scheduled,
+                                   "observedGeneration": daemonset["metadata"]["generation"]}
+        for node in self.nodes.values():
+            if node.bare and node.device_plugin_running != (node.name in plugin_nodes):
+                node.device_plugin_running = node.name in plugin_nodes
+                node.resource_version = self.next_revision()
+
+    def _seed_daemonset_pod(self, key, daemonset_key, daemonset, node):
+        template = copy.deepcopy(daemonset["spec"]["template"])
+        spec = template.get("spec") or {}
+        spec["nodeName"] = node
+        spec["tolerations"] = list(spec.get("tolerations") or []) + DAEMONSET_TOLERATIONS
+        meta = dict(template.get("metadata") or {}, name=key[1], ownerReferences=[{
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": daemonset_key[1],
+            "uid": daemonset["metadata"]["uid"], "controller": True}])
+        self.add_pod(key[0], {"metadata": meta, "spec": spec, "status": {"phase": "Running", "hostIP": "10.0.0.1"}})
+        self.pods[key].daemonset = daemonset_key
 
     def evict(self, namespace, name):
         """(code, Status body) of an eviction, as the Eviction API answers it."""
@@ -677,6 +813,11 @@ def _scripted_status(api, pod, node, age):
     if node.unschedulable and not _tolerates(pod.body, "node.kubernetes.io/unschedulable"):
         message = _scheduler_message(api, "1 node(s) were unschedulable")
         return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
+    untolerated = _untolerated(pod.body, node.taints)
+    if untolerated:
+        message = _scheduler_message(api, "1 node(s) had untolerated taint {%s: %s}" % (
+            untolerated["key"], untolerated.get("value", "")))
+        return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
     if requested > node.allocatable_gpus:
         message = _scheduler_message(api, "1 Insufficient nvidia.com/gpu")
         return _unschedulable(started, message), [("Warning", "FailedScheduling", message)], ""
@@ -719,6 +860,29 @@ def _scripted_status(api, pod, node, age):
 def _tolerates(body, key):
     return any(t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists")
                for t in body.get("spec", {}).get("tolerations") or [])
+
+
+def _toleration_matches(toleration, taint):
+    """As the scheduler (k8s.io/api core/v1 Toleration.ToleratesTaint)."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration["key"] != taint.get("key"):
+        return False
+    if not toleration.get("key") and toleration.get("operator") != "Exists":
+        return False
+    if toleration.get("operator") == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _untolerated(body, taints, extra=()):
+    """The first NoSchedule/NoExecute taint the pod does not tolerate, or None."""
+    tolerations = list((body.get("spec") or {}).get("tolerations") or []) + list(extra)
+    for taint in taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
+                _toleration_matches(t, taint) for t in tolerations):
+            return taint
+    return None
 
 
 def _scheduler_message(api, reason):
@@ -857,6 +1021,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(401, _status_body(401, "Unauthorized", "Unauthorized"))
         with self.api.lock:
             self.api.purge_terminated()
+            self.api.reconcile_daemonsets()
         for pattern, handler in ROUTES:
             match = re.fullmatch(pattern, url.path)
             if match and handler[0] == method:
@@ -1104,6 +1269,54 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, _list("EventList", events))
 
 
+def _object_routes(kind):
+    """The list, create, get and replace routes of a stored kind (409 and 404 as the API server answers)."""
+    path, namespaced, api_version = STORED_KINDS[kind]
+    resource = path if "/" not in api_version else "%s.%s" % (path, api_version.split("/")[0])
+
+    def list_objects(handler, query, body, ns=None):
+        with handler.api.lock:
+            items = [copy.deepcopy(v) for (k, o_ns, _n), v in handler.api.objects.items()
+                     if k == kind and (ns is None or o_ns == ns)]
+        handler._send(200, _list(kind + "List", items, api_version))
+
+    def create(handler, query, body, ns=None):
+        name = (body.get("metadata") or {}).get("name")
+        with handler.api.lock:
+            if namespaced and ("Namespace", None, ns) not in handler.api.objects:
+                return handler._not_found("namespaces", ns)
+            if (kind, ns, name) in handler.api.objects:
+                return handler._send(409, dict(_status_body(409, "AlreadyExists", '%s "%s" already exists' % (
+                    resource, name)), details={"name": name, "kind": path}))
+            handler._send(201, handler.api.store_object(kind, ns, body))
+
+    def get(handler, query, body, name, ns=None):
+        with handler.api.lock:
+            found = copy.deepcopy(handler.api.objects.get((kind, ns, name)))
+        if found is None:
+            return handler._not_found(resource, name)
+        handler._send(200, found)
+
+    def replace(handler, query, body, name, ns=None):
+        with handler.api.lock:
+            current = handler.api.objects.get((kind, ns, name))
+            if current is None:
+                return handler._not_found(resource, name)
+            if _stale(body, current):
+                return handler._send(409, _conflict(resource, name))
+            handler._send(200, handler.api.store_object(kind, ns, body))
+
+    prefix = ("/api/v1" if api_version == "v1" else "/apis/" + api_version)
+    scoped = prefix + (r"/namespaces/(?P<ns>[^/]+)/" if namespaced else "/") + path
+    routes = [(scoped, ("GET", list_objects)), (scoped, ("POST", create)),
+              (scoped + r"/(?P<name>[^/]+)", ("GET", get))]
+    if kind != "Namespace":
+        routes.append((scoped + r"/(?P<name>[^/]+)", ("PUT", replace)))
+    if namespaced:
+        routes.append((prefix + "/" + path, ("GET", list_objects)))
+    return tuple(routes)
+
+
 def _dig(obj, path):
     for part in path:
         obj = obj.get(part) if isinstance(obj, dict) else None
@@ -1143,7 +1356,7 @@ ROUTES = (
     (_NS + r"/configmaps/(?P<name>[^/]+)", ("GET", _Handler.get_configmap)),
     (_NS + r"/configmaps/(?P<name>[^/]+)", ("PATCH", _Handler.patch_configmap)),
     (_NS + r"/events", ("GET", _Handler.list_events)),
-)
+) + sum((_object_routes(kind) for kind in STORED_KINDS), ())
 
 
 def write_kubeconfig(path, server, token=None, context="standin", namespace="default"):

@@ -34,7 +34,8 @@ try:
     # The client defines its API classes on first use: CoreV1Api and its models cost about a second of CPU.
     # Ansible loads an action plugin in its main process before it forks a worker per host and task, so naming
     # them here lets every task of a rollout inherit them instead of defining them again.
-    API_CLASSES = (k8s.CoreV1Api, k8s.CoordinationV1Api, k8s.PolicyV1Api, k8s.NodeV1Api)
+    API_CLASSES = (k8s.CoreV1Api, k8s.CoordinationV1Api, k8s.PolicyV1Api, k8s.NodeV1Api, k8s.AppsV1Api,
+                   k8s.RbacAuthorizationV1Api)
 except ImportError:  # reported by require_client with the install line, before any request
     k8s = k8s_config = None
 
@@ -114,6 +115,8 @@ class Kube(object):
         self.node_api = k8s.NodeV1Api(api_client)
         self.policy = k8s.PolicyV1Api(api_client)
         self.coordination = k8s.CoordinationV1Api(api_client)
+        self.apps = k8s.AppsV1Api(api_client)
+        self.rbac = k8s.RbacAuthorizationV1Api(api_client)
 
     def to_json(self, obj):
         """An API object as the API's JSON (plain dicts, camelCase keys): what the pure decisions take."""

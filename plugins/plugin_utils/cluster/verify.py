@@ -32,7 +32,9 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 SUCCESS_LINE = "Test PASSED"
 POD_LABEL = "app.kubernetes.io/name"
 POD_LABEL_VALUE = "gpunode-verify"
-DEFAULT_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+UNPROVEN_TAINT = "gpunode.nvidia/unproven"
+DEFAULT_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+                       {"key": UNPROVEN_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 # Waiting reasons and event rules that do not go away by waiting: stop at once and explain.
 STUCK_REASONS = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
                  "CreateContainerError", "CreateContainerConfigError", "RunContainerError", "CrashLoopBackOff")
@@ -96,6 +98,13 @@ class ClusterVerifier:
         self.gpus = gpus
 
     # --- RuntimeClass -------------------------------------------------------------------
+    def require_runtime_class(self):
+        """'present'; VerifyError when it is missing or has another handler (the check does not create it)."""
+        if self.ensure_runtime_class(check_mode=True) == "would-create":
+            raise VerifyError("RuntimeClass %s does not exist: site.yml's cluster stage creates it (gpunode_kubeconfig), "
+                              "or run the check with create_runtime_class" % self.runtime_class)
+        return "present"
+
     def ensure_runtime_class(self, check_mode=False):
         """'present', 'created' or 'would-create'; VerifyError when one exists with another handler."""
         try:
@@ -177,7 +186,8 @@ class ClusterVerifier:
     def pod_body(self, name, hostname):
         container = k8s.V1Container(
             name="vectoradd", image=self.image, image_pull_policy=self.pull_policy,
-            resources=k8s.V1ResourceRequirements(limits={GPU_RESOURCE: str(self.gpus)}))
+            resources=k8s.V1ResourceRequirements(requests={GPU_RESOURCE: str(self.gpus)},
+                                                 limits={GPU_RESOURCE: str(self.gpus)}))
         spec = k8s.V1PodSpec(
             restart_policy="Never", runtime_class_name=self.runtime_class, containers=[container],
             node_selector={HOSTNAME_LABEL: hostname}, automount_service_account_token=False,
