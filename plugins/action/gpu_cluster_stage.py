@@ -23,6 +23,7 @@ ARGUMENT_SPEC = client.kube_options(
     node=dict(type="str", required=True),
     step=dict(type="str", required=True, choices=["taint", "untaint", "labels", "runtime_class", "device_plugin"]),
     reason=dict(type="str", default="setup", choices=list(ns.TAINT_REASONS)),
+    unless_proven=dict(type="bool", default=False),
     facts=dict(type="dict", default={}),
     proven=dict(type="bool", default=False),
     runtime_class=dict(type="str", default="nvidia"),
@@ -66,7 +67,7 @@ class ActionModule(ValidatedAction):
     def _step(self, stage, args):
         step = args["step"]
         if step == "taint":
-            return stage.taint(args["reason"])
+            return stage.taint(args["reason"], args["unless_proven"])
         if step == "untaint":
             return stage.untaint()
         if step == "labels":

@@ -64,6 +64,12 @@ options:
     type: str
     choices: [setup, first-boot, proof-failed, setup-failed, proof-void]
     default: setup
+  unless_proven:
+    description:
+      - For O(step=taint) - leave a node alone that an earlier run proved (it has C(gpunode.nvidia/proven-at) and
+        no unproven taint), so that a second run over an unchanged node changes nothing.
+    type: bool
+    default: false
   facts:
     description:
       - For O(step=labels) - C(driver_version), C(toolkit_version), C(runtime), C(runtime_handler),

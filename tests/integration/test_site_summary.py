@@ -60,7 +60,7 @@ def test_the_summary_has_one_line_per_node_and_the_same_as_json(tmp_path):
         "engine": "containerd", "config_file": "/etc/containerd/config.toml",
         "config_changed": False, "restarts": 0, "restart_method": None, "disruption": [], "verify": "wiring-only",
         "proof": "recorded", "proof_recorded_at": "2026-11-23T18:24:32Z", "reboot_required": False,
-        "reboot_reasons": ["driver 550.54.15 installed, 535.183.01 loaded"]}
+        "reboot_reasons": ["driver 550.54.15 installed, 535.183.01 loaded"], "unproven_taint": None}
     assert nodes["node-b"]["restarts"] == 1 and nodes["node-b"]["reboot_required"] is True
     assert nodes["node-b"]["disruption"] == ["restarted containerd"]
 

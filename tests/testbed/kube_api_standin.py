@@ -89,6 +89,7 @@ Scenario API (for any test, cluster verification or diagnosis):
         api.evictions, api.evictions_refused, api.leases,
         api.peak_unavailable, api.unavailable_timeline,  # GPU nodes unschedulable or NotReady, per change
         api.requests, api.write_requests                                   # what the client did
+        api.taint_timeline                          # (time, node, ["key=value", ...]) after each node write
 
 `Node(name, behaviour="success", gpus=1, ...)`; a plain string is a node without
 GPUs or behaviour ("cpu" nodes: no nvidia.com/gpu, no GPU labels). When `token`
@@ -386,6 +387,7 @@ class KubeApiStandin:
         self.leases = {}        # (namespace, name) -> Lease body
         self.operands = {}      # node name -> {operand: namespace} of seeded operator DaemonSet pods
         self.unavailable_timeline = []  # (monotonic time, GPU nodes unschedulable or NotReady)
+        self.taint_timeline = []  # (time.time() as in requests, node, [taint keys=values]) per node change
         self.configmaps = {}    # (namespace, name) -> ConfigMap body
         self.mig_managers = {}  # node name -> the state the MIG manager reports for a new nvidia.com/mig.config
         self.peak_unavailable = 0
@@ -547,6 +549,7 @@ class KubeApiStandin:
 
     def _node_changed(self, node):
         node.resource_version = self.next_revision()
+        self.taint_timeline.append((time.time(), node.name, ["%s=%s" % (t["key"], t.get("value", "")) for t in node.taints]))
         self._reconcile_operands(node)
         self._reconcile_mig_config(node)
         unavailable = sum(1 for n in self.nodes.values() if n.is_gpu and n.unavailable)

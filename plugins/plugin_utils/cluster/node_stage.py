@@ -122,14 +122,22 @@ def unproven_reason(node):
     return None
 
 
-def taint_patch(node, reason):
+def proven(node):
+    """The node's proof time when an earlier run proved it and nothing tainted it since, else None."""
+    if unproven_reason(node) is not None:
+        return None
+    return labels_of(node).get(PROVEN_AT)
+
+
+def taint_patch(node, reason, unless_proven=False):
     """(patch or None, previous reason): the change that puts the unproven taint with REASON on NODE. The node's
-    other taints stay as they are (the list is written whole, with the read resourceVersion)."""
+    other taints stay as they are (the list is written whole, with the read resourceVersion). UNLESS_PROVEN: a
+    node an earlier run proved is left as it is (a second run over an unchanged node changes nothing)."""
     if reason not in TAINT_REASONS:
         raise StageError("unknown reason %r for the %s taint (one of %s)" % (reason, UNPROVEN_TAINT,
                                                                              ", ".join(TAINT_REASONS)))
     previous = unproven_reason(node)
-    if previous == reason:
+    if previous == reason or (unless_proven and proven(node)):
         return None, previous
     others = [taint for taint in taints_of(node) if taint.get("key") != UNPROVEN_TAINT]
     taint = {"key": UNPROVEN_TAINT, "value": reason, "effect": "NoSchedule"}

@@ -40,12 +40,25 @@ class ClusterStage(NodeMaintenance):
         result.update(self._would(changed, text if changed else "change nothing"))
         return result
 
-    def taint(self, reason):
-        result = self._node_step(lambda node: ns.taint_patch(node, reason), lambda previous: (
-            "node %s tainted %s=%s:NoSchedule%s" % (self.node, ns.UNPROVEN_TAINT, reason,
-                                                   " (was %s)" % previous if previous is not None else "")
-            if previous != reason else "node %s already tainted %s=%s" % (self.node, ns.UNPROVEN_TAINT, reason)))
-        result["taint"] = "%s=%s:NoSchedule" % (ns.UNPROVEN_TAINT, reason) if result["node_found"] else None
+    def taint(self, reason, unless_proven=False):
+        node = {}
+
+        def decide(read):
+            node.update(read)
+            return ns.taint_patch(read, reason, unless_proven)
+
+        def describe(previous):
+            if previous == reason:
+                return "node %s already tainted %s=%s" % (self.node, ns.UNPROVEN_TAINT, reason)
+            if unless_proven and ns.proven(node):
+                return "node %s was proven at %s and is not tainted: a run that changes its driver or runtime " \
+                       "proves it again" % (self.node, ns.proven(node))
+            return "node %s tainted %s=%s:NoSchedule%s" % (self.node, ns.UNPROVEN_TAINT, reason,
+                                                          " (was %s)" % previous if previous is not None else "")
+
+        result = self._node_step(decide, describe)
+        tainted = result["node_found"] and not (unless_proven and ns.proven(node))
+        result["taint"] = "%s=%s:NoSchedule" % (ns.UNPROVEN_TAINT, reason) if tainted else None
         return result
 
     def untaint(self):
