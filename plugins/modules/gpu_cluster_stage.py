@@ -30,7 +30,7 @@ description:
     in O(namespace), rendered from NVIDIA's static manifest of that version (docs/cluster.md lists every
     difference), then waits until the node advertises GPUs. Where the GPU operator or another device plugin runs
     in the cluster, nothing is deployed and the result says which.
-  - A node not in the cluster yet is no error for the node steps (C(node_found=false)): a later run does it.
+  - A node not in the cluster yet is no error for the node steps (C(node_found=false)); a later run does it.
 notes:
   - Objects are compared through their C(gpunode.nvidia/manifest-sha256) annotation; a changed rendering replaces
     the object with the read resourceVersion. An existing Namespace is used as it is.

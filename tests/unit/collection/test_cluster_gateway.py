@@ -40,7 +40,7 @@ def test_every_cluster_module_is_in_the_group_documents_the_fragment_and_takes_k
     modules = glob.glob(os.path.join(REPO, "plugins", "modules", "*.py"))
     documented = sorted(os.path.basename(path)[:-3] for path in modules
                         if "  - gpunode.nvidia.kubernetes\n" in read(path))
-    assert group == documented and len(group) == 6
+    assert group == documented and len(group) == 7
     for name in group:
         spec = importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.%s" % name).ARGUMENT_SPEC
         assert spec["context"] == KUBE_OPTIONS["context"], name
