@@ -67,8 +67,10 @@ def test_one_node_passes_and_cleans_up(cluster, tmp_path):
     spec = body["spec"]
     assert spec["runtimeClassName"] == "nvidia" and spec["restartPolicy"] == "Never"
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-1"}
-    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["containers"][0]["resources"] == {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    # The GPU taint, and the cluster stage's unproven taint: the proof is what lifts it.
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                   {"key": "gpunode.nvidia/unproven", "operator": "Exists", "effect": "NoSchedule"}]
     assert api.pods_deleted == [key] and api.pods == {}
     # Table and JSON report.
     assert result["table"][0].split() == ["NODE", "GPUS", "DRIVER", "RUNTIME", "RESULT", "TIME"]
@@ -205,7 +207,7 @@ def role_node(standin_images, tmp_path):
 
 
 def test_role_node_and_cluster_checks_pass_and_are_idempotent(role_node, cluster, tmp_path):
-    api = cluster([Node("gpu-1")])
+    api = cluster([Node("gpu-1")], runtimeclasses={"nvidia": "nvidia"})  # as site.yml's cluster stage leaves it
     report = str(tmp_path / "report.json")
     extra = dict(role_node.role_vars, gpunode_kubeconfig=api.kubeconfig, gpu_verify_report_path=report)
     first = run_verify_playbook(extra, [role_node.dist.bin_dir])
@@ -221,7 +223,7 @@ def test_role_node_and_cluster_checks_pass_and_are_idempotent(role_node, cluster
 
 def test_role_cluster_failure_names_the_nodes_config_file(role_node, cluster):
     """I1 in the cluster: the explanation names the config file the node-level check discovered."""
-    api = cluster([Node("gpu-1", "no_runtime")])
+    api = cluster([Node("gpu-1", "no_runtime")], runtimeclasses={"nvidia": "nvidia"})
     extra = dict(role_node.role_vars, gpunode_kubeconfig=api.kubeconfig)
     run = run_verify_playbook(extra, [role_node.dist.bin_dir])
     assert run.returncode != 0
@@ -297,3 +299,12 @@ def test_explain_unknown_and_first():
         "insufficient-gpu"
     assert "allocatable 0" in explain("Insufficient nvidia.com/gpu", {"allocatable_gpus": "0"})["cause"]
     assert "all of them taken" in explain("Insufficient nvidia.com/gpu", {"allocatable_gpus": "4"})["cause"]
+
+
+def test_without_creating_it_a_missing_runtime_class_is_named_and_no_pod_runs(cluster):
+    api = cluster([Node("gpu-1")])
+    result = verify(api, nodes=["gpu-1"], create_runtime_class=False)
+    assert result["failed"] is True
+    assert result["msg"] == ("RuntimeClass nvidia does not exist: site.yml's cluster stage creates it "
+                             "(gpunode_kubeconfig), or run the check with create_runtime_class")
+    assert api.pods_created == [] and api.runtimeclasses == {}

@@ -133,3 +133,23 @@ def test_a_failed_proof_leaves_the_node_tainted_with_the_reason(tmp_path, api):
         assert "gpunode.nvidia/proven-at" not in cluster.node("gpu-1")["metadata"]["labels"]
     finally:
         cluster.stop()
+
+
+def test_diagnose_taints_a_node_whose_recorded_proof_no_longer_holds(tmp_path, cluster):
+    """The record site.yml left names a driver this node no longer has (here: no runtime answers at all)."""
+    record = tmp_path / "last-proof.json"
+    record.write_text(json.dumps({"verdict": "cuda-verified", "recorded_at": "2026-11-23T18:24:32Z",
+                                  "key": {"driver_version": "570.172.08"}}))
+    (tmp_path / "inventory.ini").write_text(
+        "[gpu_nodes]\ngpu-1 ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
+    extra = dict(gpunode_kubeconfig=cluster.kubeconfig, gpunode_diagnose_taint=True, gpunode_diagnose_fail_on="never",
+                 gpu_verify_proof_record=str(record))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "inventory.ini"), os.path.join(REPO, "playbooks", "diagnose.yml"),
+                           "-e", json.dumps(extra)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gpu-1: its proof no longer holds (" in " ".join(proc.stdout.split())
+    assert gpu_taints(cluster) == [{"key": UNPROVEN, "value": "proof-void", "effect": "NoSchedule"}]
