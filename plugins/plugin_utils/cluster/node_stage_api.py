@@ -51,10 +51,10 @@ class ClusterStage(NodeMaintenance):
             if previous == reason:
                 return "node %s already tainted %s=%s" % (self.node, ns.UNPROVEN_TAINT, reason)
             if unless_proven and ns.proven(node):
-                return "node %s was proven at %s and is not tainted: a run that changes its driver or runtime " \
-                       "proves it again" % (self.node, ns.proven(node))
-            return "node %s tainted %s=%s:NoSchedule%s" % (self.node, ns.UNPROVEN_TAINT, reason,
-                                                          " (was %s)" % previous if previous is not None else "")
+                return ("node %s was proven at %s and is not tainted: a run that changes its driver or runtime "
+                        "proves it again" % (self.node, ns.proven(node)))
+            was = " (was %s)" % previous if previous is not None else ""
+            return "node %s tainted %s=%s:NoSchedule%s" % (self.node, ns.UNPROVEN_TAINT, reason, was)
 
         result = self._node_step(decide, describe)
         tainted = result["node_found"] and not (unless_proven and ns.proven(node))
@@ -69,12 +69,15 @@ class ClusterStage(NodeMaintenance):
         return result
 
     def labels(self, facts, proven_at=None):
+        managed = []
+
         def decide(node):
+            managed[:] = [ns.gfd_manages(node)]
             return label_patch(node, ns.wanted_labels(node, facts, proven_at))
 
         result = self._node_step(decide, lambda names: "node %s: labels %s" % (
             self.node, ", ".join(names)) if names else "node %s already has its labels" % self.node)
-        result["gfd_managed"] = ns.gfd_manages(self.read_node()) if result["node_found"] else None
+        result["gfd_managed"] = managed[0] if managed else None
         return result
 
     def runtime_class(self, name, handler):
@@ -119,15 +122,13 @@ class ClusterStage(NodeMaintenance):
             stored = None
         if stored is not None and (kind == "Namespace" or dp.is_current(stored, obj)):
             return None  # a namespace that exists is enough (another tool may own it)
-        what = "%s %s %s" % ("update" if stored else "create", kind, meta["name"])
         if self.check_mode:
-            return what
+            return "%s %s %s" % ("update" if stored else "create", kind, meta["name"])
         if stored is None:
             create(obj)
         else:
-            body = dict(obj, metadata=dict(meta, resourceVersion=stored["metadata"]["resourceVersion"]))
-            replace(body)
-        return what.replace("update", "updated").replace("create ", "created ")
+            replace(dict(obj, metadata=dict(meta, resourceVersion=stored["metadata"]["resourceVersion"])))
+        return "%s %s %s" % ("updated" if stored else "created", kind, meta["name"])
 
     def _calls(self, kind, meta):
         name, namespace = meta["name"], meta.get("namespace")
