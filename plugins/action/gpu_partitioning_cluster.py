@@ -111,7 +111,13 @@ class ActionModule(ValidatedAction):
                                             args["physical"])
         changed = self._ensure_configmap(core, wanted)
         changed = self._set_label(core, args["node"], dpc.NODE_LABEL, selected) or changed
-        return {"changed": changed, "expected_allocatable": expected, "configmap": wanted["metadata"]["name"]}
+        # No GPU advertised yet: no device plugin runs on the node (site.yml's cluster stage deploys it later in
+        # the run), so there is no restart to wait for; the proof's pod then checks the allocation.
+        allocatable = core.read_node(args["node"]).status.allocatable or {}
+        plugin_running = any(int(count or 0) for resource, count in allocatable.items()
+                             if resource.startswith(("nvidia.com/gpu", "nvidia.com/mig-")))
+        return {"changed": changed, "expected_allocatable": expected, "configmap": wanted["metadata"]["name"],
+                "device_plugin_running": plugin_running}
 
     def _ensure_configmap(self, core, wanted):
         namespace, name = wanted["metadata"]["namespace"], wanted["metadata"]["name"]

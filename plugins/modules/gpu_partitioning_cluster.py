@@ -110,4 +110,10 @@ expected_allocatable:
   description: What the device plugin advertises with the selected sharing config.
   returned: when step is sharing
   type: dict
+device_plugin_running:
+  description:
+    - The node advertises GPUs now, so a device plugin runs there and restarts with the config. False on a node
+      whose device plugin site.yml's cluster stage deploys later in the run (nothing to wait for yet).
+  returned: when step is sharing
+  type: bool
 """

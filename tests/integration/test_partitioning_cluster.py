@@ -42,7 +42,7 @@ def test_sharing_configmap_and_label_then_unchanged(api):
     assert "nvidia.com/device-plugin.config" not in api.node("gpu-1")["metadata"]["labels"]
     done = step(api, "sharing", sharing_configs=CONFIGS, sharing_config="h100-ts", physical={"nvidia.com/gpu": 8})
     assert done["changed"] is True, done.get("msg")
-    assert done["expected_allocatable"] == {"nvidia.com/gpu": 32}
+    assert done["expected_allocatable"] == {"nvidia.com/gpu": 32} and done["device_plugin_running"] is True
     stored = api.configmaps[("nvidia-device-plugin", "gpunode-device-plugin-configs")]["data"]
     assert yaml.safe_load(stored["h100-mps"])["sharing"]["mps"] == {
         "renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
@@ -82,3 +82,15 @@ def test_dra_node_is_not_double_advertised(api):
     labelled = step(api, "dra")
     assert labelled["changed"] is True, labelled.get("msg")
     assert api.node("gpu-1")["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "false"
+
+
+def test_sharing_on_a_node_without_a_device_plugin_yet_has_no_restart_to_wait_for(tmp_path):
+    """A bare node (no device plugin yet: site.yml's cluster stage deploys it after this stage)."""
+    standin = KubeApiStandin([Node("gpu-1", gpus=8, bare=True)], token=TOKEN).start()
+    try:
+        standin.kubeconfig = standin.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        done = step(standin, "sharing", sharing_configs=CONFIGS, sharing_config="h100-ts",
+                    physical={"nvidia.com/gpu": 8})
+        assert done["changed"] is True and done["device_plugin_running"] is False
+    finally:
+        standin.stop()
