@@ -153,3 +153,24 @@ def test_diagnose_taints_a_node_whose_recorded_proof_no_longer_holds(tmp_path, c
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "gpu-1: its proof no longer holds (" in " ".join(proc.stdout.split())
     assert gpu_taints(cluster) == [{"key": UNPROVEN, "value": "proof-void", "effect": "NoSchedule"}]
+
+
+def test_the_image_s_kubeadm_kubelet_registers_with_the_taint_and_keeps_its_other_arguments(tmp_path):
+    """image_bake's kubeadm step on an environment file of the test's own (the distribution's detection is forced:
+    no kubeadm is installed here); run twice, the second changes nothing."""
+    env_file = tmp_path / "kubelet"
+    env_file.write_text('KUBELET_EXTRA_ARGS="--node-ip=10.0.0.5"\nOTHER=1\n')
+    (tmp_path / "bake.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: gpunode.nvidia.image_bake, tasks_from: unproven-taint}\n"
+        "      vars: {image_bake_kubelet_env_file: %s, image_bake_has_kubeadm: true}\n" % env_file)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=" + sys.executable, str(tmp_path / "bake.yml")]
+    for changed in (1, 0):
+        proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=300, check=False)
+        assert proc.returncode == 0 and " changed=%d " % changed in proc.stdout, proc.stdout[-3000:]
+    assert env_file.read_text() == ('KUBELET_EXTRA_ARGS="--node-ip=10.0.0.5 '
+                                    '--register-with-taints=gpunode.nvidia/unproven=first-boot:NoSchedule"\nOTHER=1\n')
