@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import random
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -60,14 +61,17 @@ class ActionModule(ValidatedAction):
         while True:
             outcome = self._try_once(api, args, holder)
             waited = round(time.time() - started, 1)
-            if outcome["granted"] or outcome["halted"]:
+            if outcome["granted"] or outcome["halted"] or outcome["held_elsewhere"]:
                 return dict(outcome, changed=outcome["granted"] and not self._task.check_mode, waited_s=waited,
                             msg=outcome["reason"])
+            if self._task.check_mode:
+                return dict(outcome, changed=False, waited_s=0, msg="would wait: %s" % outcome["reason"])
             if waited >= args["timeout"]:
                 return dict(outcome, failed=True, changed=False, waited_s=waited,
                             msg="no upgrade slot for node %s within %ds: %s. Raise max_unavailable or timeout, or "
                                 "bring the unavailable nodes back." % (args["node"], args["timeout"], outcome["reason"]))
-            time.sleep(args["poll_interval"])
+            # Waiting controllers that looked together would look together again: each waits a little more or less.
+            time.sleep(args["poll_interval"] * random.uniform(0.75, 1.25))
 
     def _try_once(self, api, args, holder):
         """One decision on what the API holds now, written with the Lease's resourceVersion."""
@@ -75,9 +79,13 @@ class ActionModule(ValidatedAction):
             views = api.gpu_nodes(args["gpu_node_selector"])
             limit = ro.max_unavailable_count(args["max_unavailable"], len(views))
             slots, lease = api.read_slots()
-            outcome = ro.acquire(args["node"], views, slots, holder, args["max_parallel"], limit, time.time(),
-                                 args["ttl"], upgrade_api.holder_alive)
-            outcome = dict(outcome, max_unavailable=limit)
+            now = time.time()
+            outcome = ro.acquire(args["node"], views, slots, holder, args["max_parallel"], limit, now,
+                                 args["ttl"], upgrade_api.holder_alive, paused=api.paused(lease))
+            live = ro.live_slots(slots, now, args["ttl"], upgrade_api.holder_alive)
+            outcome = dict(outcome, max_unavailable=limit, gpu_nodes=ro.how_found(views, args["gpu_node_selector"]),
+                           budget=ro.slot_budget(views, live, args["max_parallel"], limit),
+                           paused=api.paused(lease))
             if not outcome["granted"] or self._task.check_mode:
                 return dict(outcome, slots=None)
             try:

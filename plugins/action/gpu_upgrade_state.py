@@ -27,10 +27,13 @@ ARGUMENT_SPEC = dict(
     target=dict(type="dict", default={}),
     minimum=dict(type="bool", default=False),
     allow_below_minimum=dict(type="bool", default=False),
+    allow_downgrade=dict(type="bool", default=False),
     retry_failed=dict(type="bool", default=False),
     job_selector=dict(type="str"),
     drain=dict(type="bool", default=False),
     reboot=dict(type="bool", default=False),
+    branch=dict(type="str", default=""),
+    timeouts=dict(type="dict", default={}),
 )
 
 
@@ -46,6 +49,8 @@ class ActionModule(ValidatedAction):
                 result.update(self._set(api, args))
             else:
                 result.update(self._read(api, args))
+        except ro.Replan as exc:
+            result.update(failed=True, changed=False, replan=True, msg="%s: %s" % (args["node"], exc))
         except ro.RolloutError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
         except TransportError as exc:
@@ -53,13 +58,16 @@ class ActionModule(ValidatedAction):
         return result
 
     def _read(self, api, args):
+        ro.check_target(args["target"], args["branch"])
         view = ro.node_view(api.node(args["node"]))
         target = ro.resolve_target(args["current"], args["target"], args["minimum"])
         changes = ro.needs(args["current"], target)
         managed = view["labels"].get(ro.OPERATOR_DRIVER_LABEL) == "true" and "driver" in changes
         below = [] if args["allow_below_minimum"] else ro.below_minimum(
             target, changes, sm.check_date(), args["minimum"], args["current"])  # the controller's date
-        decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"], below=below)
+        downgrade = [] if args["allow_downgrade"] else ro.downgrades(args["current"], target, changes)
+        decision = ro.decide(view, changes, operator_managed=managed, retry_failed=args["retry_failed"], below=below,
+                             target=target, downgrade=downgrade)
         steps = ro.steps_from(decision["start"], args["job_selector"], args["drain"]) if decision["start"] else []
         report = dict(changed=False, state=view["state"], skip=view["skip"], unschedulable=view["unschedulable"],
                       ready=view["ready"], changes=changes, target=target,
@@ -67,14 +75,16 @@ class ActionModule(ValidatedAction):
                       steps=steps, operator_managed=managed, msg="%s: %s" % (args["node"], decision["reason"]))
         if args["op"] == "plan":
             waits = api.pdb_waits(args["node"]) if decision["action"] == "upgrade" else {}
-            report.update(pdb_waits=waits, plan=ro.plan_lines(args["node"], decision, steps, report["light"], waits,
-                                                              args["reboot"]))
+            report.update(pdb_waits=waits, plan=ro.plan_lines(
+                args["node"], decision, steps, report["light"], waits, args["reboot"], args["current"], target,
+                args["timeouts"]))
         return report
 
     def _set(self, api, args):
         if not args["state"]:
             return dict(failed=True, changed=False, msg="op=set needs state (one of %s)" % ", ".join(ro.ALL_STATES))
-        current, changed = api.move_state(args["node"], args["state"], dry_run=self._task.check_mode)
+        target = args["target"] or None  # as op=read resolved it
+        current, changed = api.move_state(args["node"], args["state"], dry_run=self._task.check_mode, target=target)
         if not changed:
             return dict(changed=False, state=current, msg="%s is already %s" % (args["node"], current))
         if self._task.check_mode:

@@ -177,7 +177,7 @@ def test_a_budget_that_never_allows_eviction_fails_the_node_and_stops_the_rollou
         # The run's last play names each node not started (common/handled.yml).
         assert "2 of 3 host(s) not upgraded: " in output, output
         for host in untouched:
-            assert "%s: not started: the rollout stopped: %s is upgrade-failed" % (host, failed[0]) in output, output
+            assert "%s: not started, because the rollout stopped: %s is upgrade-failed" % (host, failed[0]) in output, output
         assert not any(event == "install" for _host, event in rollout.log())
         report_peak(api, "PDB never allows", 1)
 
@@ -198,7 +198,7 @@ def test_a_rollout_stopped_by_a_node_failed_earlier_exits_non_zero_naming_each_n
         assert rc == 2, output
         assert ("2 of 2 host(s) not upgraded: gpu-1: the node is upgrade-failed from an earlier run: it stays "
                 "cordoned and stops the rollout; retry it with gpunode_upgrade_retry_failed=true once its cause is "
-                "fixed; gpu-2: not started: the rollout stopped: gpu-1 is upgrade-failed") in output, output
+                "fixed; gpu-2: not started, because the rollout stopped: gpu-1 is upgrade-failed") in output, output
         assert rollout.log() == [] and not rollout.unschedulable("gpu-2")
         assert [r for r in api.write_requests if "/nodes/" in r[2]] == [], api.write_requests
         report_peak(api, "rollout stopped by an earlier failure", 1)

@@ -93,22 +93,32 @@ class UpgradeApi(object):
             raise ro.RolloutError("cannot read node %s: %s" % (name, client.api_message(exc)))
 
     def gpu_nodes(self, selector):
+        """node_view()s of the GPU nodes: the selector's label or nvidia.com/gpu capacity (one list of all nodes:
+        a cluster without GPU feature discovery has no label to select by)."""
         try:
-            nodes = self.core.list_node(label_selector=selector).items
+            nodes = self.core.list_node().items
         except client.ApiException as exc:
-            raise ro.RolloutError("cannot list the GPU nodes (%s): %s" % (selector, client.api_message(exc)))
-        return [ro.node_view(self.kube.to_json(node)) for node in nodes]
+            raise ro.RolloutError("cannot list the nodes to find the GPU nodes: %s" % client.api_message(exc))
+        return ro.gpu_views([ro.node_view(self.kube.to_json(node)) for node in nodes], selector)
 
-    def move_state(self, name, state, dry_run=False):
+    def move_state(self, name, state, dry_run=False, target=None):
         """(previous state, changed): the node's state label moved to STATE where the state machine allows it.
 
         The check and the write are one: the label is written with the resourceVersion it was checked on, and a
         409 Conflict checks again on what is there now. A task of a killed run that still finishes, or a second
-        controller, cannot move a node back or undo a finished one between the check and the write."""
+        controller, cannot move a node back or undo a finished one between the check and the write.
+        target: the versions the upgrade moves to; with upgrade-required it is recorded on the Node, and a node
+        already done for it is refused (ro.Replan)."""
         def decide(node):
-            current = ro.node_view(node)["state"]
-            ro.check_transition(current, state)
-            return (None if current == state else {"metadata": {"labels": {ro.STATE_LABEL: state}}}), current
+            view = ro.node_view(node)
+            current = view["state"]
+            ro.check_transition(current, state, target is not None and ro.done_for(view, target))
+            if current == state:
+                return None, current
+            patch = {"metadata": {"labels": {ro.STATE_LABEL: state}}}
+            if state == ro.REQUIRED and target is not None:
+                patch["metadata"]["annotations"] = {ro.TARGET_ANNOTATION: ro.target_key(target)}
+            return patch, current
 
         deadline = time.monotonic() + CONFLICT_PATIENCE
         try:
@@ -131,6 +141,11 @@ class UpgradeApi(object):
                                                                    client.api_message(exc)))
         body = self.kube.to_json(lease)
         return ro.parse_slots((body.get("metadata") or {}).get("annotations")), body
+
+    @staticmethod
+    def paused(lease):
+        """The pause annotation's value on the Lease (None: not paused)."""
+        return (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(ro.PAUSE_ANNOTATION)
 
     def write_slots(self, slots, lease):
         """Write the table; Conflict when the Lease changed (or was created) since `lease` was read."""

@@ -39,7 +39,12 @@ STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_STATE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 SLOTS_ANNOTATION = "gpunode.nvidia/upgrade-slots"
+# On the Node: the versions its upgrade moves it to, written with upgrade-required; with upgrade-done it says
+# the node reached them, so no controller enters the same upgrade again.
 TARGET_ANNOTATION = "gpunode.nvidia/upgrade-target"
+# On the rollout's Lease: while present, no node starts (nodes in progress finish); its value says why.
+PAUSE_ANNOTATION = "gpunode.nvidia/upgrade-paused"
+GPU_RESOURCE = "nvidia.com/gpu"
 # The GPU operator labels the nodes whose driver its driver DaemonSet runs on.
 OPERATOR_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
 
@@ -57,6 +62,11 @@ OPERATOR_POLICY = ("https://docs.nvidia.com/datacenter/cloud-native/gpu-operator
 
 class RolloutError(Exception):
     pass
+
+
+class Replan(RolloutError):
+    """The state machine refused a move because the node changed under this run (another controller finished
+    or took it): the node is read and planned again, never labelled upgrade-failed."""
 
 
 # --- limits ---------------------------------------------------------------------------------------------
@@ -85,12 +95,16 @@ def check_max_parallel(value):
 # --- the Node object as the rollout sees it -------------------------------------------------------------
 
 def node_view(node):
-    """{name, labels, annotations, unschedulable, ready, state, skip} of a Node (a dict as the API returns it)."""
+    """{name, labels, annotations, unschedulable, ready, state, skip, gpus} of a Node (a dict as the API returns it).
+
+    gpus: the node's nvidia.com/gpu capacity (0 when it has none)."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    conditions = (node.get("status") or {}).get("conditions") or []
+    status = node.get("status") or {}
+    conditions = status.get("conditions") or []
     ready = [c for c in conditions if c.get("type") == "Ready"]
     return {
+        "gpus": _count((status.get("capacity") or {}).get(GPU_RESOURCE)),
         "name": metadata.get("name"),
         "labels": labels,
         "annotations": metadata.get("annotations") or {},
@@ -99,6 +113,57 @@ def node_view(node):
         "state": labels.get(STATE_LABEL) or None,
         "skip": str(labels.get(SKIP_LABEL, "")).lower() == "true",
     }
+
+
+def _count(quantity):
+    try:
+        return int(str(quantity or 0))
+    except ValueError:
+        return 0
+
+
+def label_selector_matches(selector, labels):
+    """Whether an equality-based label selector ('k=v,k2!=v2,k3,!k4') selects these labels."""
+    for term in (t.strip() for t in (selector or "").split(",")):
+        if not term:
+            continue
+        match = re.match(r"^(!?)([^=!]+?)\s*(?:(==?|!=)\s*(.*))?$", term)
+        if not match:
+            raise RolloutError("gpunode_upgrade_gpu_node_selector %r: give equality-based terms (key=value, key, "
+                               "!key, key!=value) separated by commas" % selector)
+        negated, key, operator, value = match.groups()
+        if operator == "!=":
+            found = labels.get(key) != value
+        elif operator:
+            found = labels.get(key) == value
+        else:
+            found = key in labels
+        if found == bool(negated):
+            return False
+    return True
+
+
+def gpu_views(views, selector):
+    """The GPU nodes among node_view()s: the selector's label or nvidia.com/gpu capacity; each with found_by."""
+    found = []
+    for view in views:
+        how = [why for why, hit in (("label", label_selector_matches(selector, view["labels"])),
+                                    ("capacity", view["gpus"] > 0)) if hit]
+        if how:
+            found.append(dict(view, found_by=how))
+    if not found:
+        raise RolloutError("no GPU node found: no Node has the label %s (gpunode_upgrade_gpu_node_selector) or %s "
+                           "capacity. Label the GPU nodes, or set gpunode_upgrade_gpu_node_selector to the label they "
+                           "carry." % (selector, GPU_RESOURCE))
+    return found
+
+
+def how_found(views, selector):
+    """'N GPU node(s): a by the label S, b by nvidia.com/gpu capacity' for the plan."""
+    by_label = sum(1 for v in views if "label" in v.get("found_by", ()))
+    by_capacity = sum(1 for v in views if v.get("found_by") == ["capacity"])
+    return ("%d GPU node(s): %d by the label %s, %d more by %s capacity alone"
+            % (len(views), by_label, selector, by_capacity, GPU_RESOURCE))
 
 
 def unavailable(view):
@@ -130,6 +195,50 @@ def same_version(installed, wanted):
 
 def _upstream(version):
     return str(version).rsplit(":", 1)[-1].split("-")[0].lstrip("v")
+
+
+DRIVER_FORMAT = re.compile(r"^(\d+:)?\d{3}(\.\d+){0,2}(-[0-9A-Za-z.~+]+)?$")
+PACKAGE_FORMAT = re.compile(r"^(\d+:)?\d+\.\d+(\.\d+)*(-[0-9A-Za-z.~+]+)?$")
+
+
+def check_target(target, branch=""):
+    """Refuse a target that is no version (58O, latest, 5800) or a driver outside nvidia_driver_branch."""
+    words = {"driver": ("gpunode_upgrade_driver", DRIVER_FORMAT, "a driver branch (580) or version (580.95.05)"),
+             "toolkit": ("gpunode_upgrade_toolkit", PACKAGE_FORMAT, "a toolkit version (1.19.1)"),
+             "fabricmanager": ("gpunode_upgrade_fabricmanager", DRIVER_FORMAT, "the driver's version (580.95.05)")}
+    for part, (variable, form, example) in sorted(words.items()):
+        wanted = str((target or {}).get(part) or "")
+        if wanted and not form.match(wanted):
+            raise RolloutError("%s is %r: no version. Give %s, as the packages name it; nothing was changed."
+                               % (variable, wanted, example))
+    driver = str((target or {}).get("driver") or "")
+    branch = str(branch or "")
+    if driver and branch and driver_install(driver)["branch"] != branch:
+        raise RolloutError("gpunode_upgrade_driver %s is not on nvidia_driver_branch %s, the branch site.yml keeps "
+                           "the nodes on: an upgrade moves within it (docs/upgrade.md, the pin). Give a version of "
+                           "branch %s, or change nvidia_driver_branch first; nothing was changed."
+                           % (driver, branch, branch))
+
+
+def target_key(target):
+    """The target as the Node's annotation records it: the parts given, in a stable order."""
+    return json.dumps(dict((k, v) for k, v in sorted((target or {}).items()) if v), sort_keys=True,
+                      separators=(",", ":"))
+
+
+def downgrades(current, target, changes):
+    """The parts (of those that change) whose target is an older full version than the node's, within its branch;
+    one sentence each. A move to another driver branch is no rollback: check_target keeps the run on one."""
+    found = []
+    for part in ("driver", "toolkit"):
+        have, wanted = _upstream(current.get(part) or ""), _upstream((target or {}).get(part) or "")
+        if part in changes and "." in wanted and have and _numbers(wanted) < _numbers(have):
+            found.append("%s %s -> %s" % (part, have, wanted))
+    return found
+
+
+def _numbers(version):
+    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
 def light_path(changes):
@@ -188,12 +297,13 @@ def driver_install(driver):
     return {"branch": upstream.split(".")[0], "version": upstream if "." in upstream else ""}
 
 
-def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
+def decide(view, changes, operator_managed=False, retry_failed=False, below=(), target=None, downgrade=()):
     """{action, start, reason} for one node at the start of a run.
 
     action: skip | at-target | refused | failed | upgrade. start: the state to begin (or resume) at.
     below: below_minimum()'s sentences when the operator did not allow a target below the security minimum (or
-    on an ended driver branch)."""
+    on an ended driver branch); downgrade: downgrades()'s, when the operator did not allow a rollback; target: the
+    resolved target, so that a node upgrade-done for this very target is at it."""
     state = view["state"]
     if view["skip"]:
         return _decision("skip", None, "the node has %s=true" % SKIP_LABEL)
@@ -203,6 +313,10 @@ def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
     if below:
         return _decision("refused", None, "nothing was changed: %s Or set gpunode_upgrade_allow_below_minimum=true to "
                          "go ahead knowingly." % " ".join(below))
+    if downgrade:
+        return _decision("refused", None, "nothing was changed: the target is older than what the node runs (%s), a "
+                         "downgrade. Set gpunode_upgrade_allow_downgrade=true to roll back through the same states "
+                         "(docs/upgrade.md, rollback)." % ", ".join(downgrade))
     if state == FAILED:
         if retry_failed:
             return _decision("upgrade", REQUIRED, "retry of a failed upgrade: from the beginning")
@@ -213,7 +327,15 @@ def decide(view, changes, operator_managed=False, retry_failed=False, below=()):
         return _decision("upgrade", state, "resuming at %s (an earlier run stopped there)" % state)
     if not changes:
         return _decision("at-target", None, "already at the target")
+    if target is not None and done_for(view, target):
+        return _decision("at-target", None, "already upgraded to this target (%s, annotation %s)" % (DONE,
+                                                                                                   TARGET_ANNOTATION))
     return _decision("upgrade", REQUIRED, "needs %s" % ", ".join(changes))
+
+
+def done_for(view, target):
+    """The node finished an upgrade to exactly this target."""
+    return view["state"] == DONE and view["annotations"].get(TARGET_ANNOTATION) == target_key(target)
 
 
 def _decision(action, start, reason):
@@ -232,18 +354,23 @@ def steps_from(start, job_selector=None, drain=False):
     return steps
 
 
-def check_transition(current, new):
-    """Refuse the transitions the state machine does not have: a failed node jumping to done, a step back, and
-    a node at rest (no state, or done) entering mid-way: every upgrade begins at upgrade-required. So a late
-    write (a task of a killed run still finishing, another controller) cannot undo a finished node."""
-    if new == current or new == FAILED or new == REQUIRED:
+def check_transition(current, new, done_same_target=False):
+    """Refuse the transitions the state machine does not have: a failed node jumping to done, a step back, a
+    node at rest (no state, or done) entering mid-way (every upgrade begins at upgrade-required), and a node
+    done for this very target entering it again. So a late write (a task of a killed run still finishing,
+    another controller) cannot undo or repeat a finished node. Refusals other than a failed node's are Replan."""
+    if new == current or new == FAILED:
+        return
+    if current == DONE and done_same_target:
+        raise Replan("the node is already %s for this target: not entered again" % DONE)
+    if new == REQUIRED:
         return
     if current == FAILED:
         raise RolloutError("node is %s: only a retry (back to %s) may move it" % (FAILED, REQUIRED))
     if current in (None, DONE):
-        raise RolloutError("cannot go from %s to %s: an upgrade begins at %s" % (current or "no state", new, REQUIRED))
+        raise Replan("cannot go from %s to %s: an upgrade begins at %s" % (current or "no state", new, REQUIRED))
     if current not in STATES or new not in STATES or STATES.index(new) < STATES.index(current):
-        raise RolloutError("cannot go from %s to %s" % (current, new))
+        raise Replan("cannot go from %s to %s" % (current, new))
 
 
 # --- slots ----------------------------------------------------------------------------------------------
@@ -273,23 +400,30 @@ def live_slots(slots, now, ttl, holder_alive):
                 if now - float(slot.get("renewed", 0)) <= ttl and holder_alive(slot.get("holder")) is not False)
 
 
-def acquire(candidate, views, slots, holder, max_parallel, max_unavailable, now, ttl, holder_alive):
-    """{granted, halted, slots, reason, unavailable, in_progress} for one node asking for a slot.
+def acquire(candidate, views, slots, holder, max_parallel, max_unavailable, now, ttl, holder_alive, paused=None):
+    """{granted, halted, held_elsewhere, slots, reason, unavailable, in_progress} for one node asking for a slot.
 
-    views: node_view() of every GPU node; slots: the Lease's table; holder: this controller's identity.
-    The returned slots (when granted) are the table to write back: dead holders dropped, the node's slot renewed."""
+    views: node_view() of every GPU node; slots: the Lease's table; holder: this controller's identity;
+    paused: the Lease's pause annotation (None: not paused). Refused without waiting when another live
+    controller holds the node (held_elsewhere: it is that controller's) or a node failed (halted); refused to
+    wait otherwise. The returned slots (when granted) are the table to write back: dead holders dropped, the
+    node's slot renewed."""
     live = live_slots(slots, now, ttl, holder_alive)
     mine = live.get(candidate)
     if mine and mine.get("holder") != holder:
-        return _refusal(live, views, "node %s is being upgraded by another controller (%s, renewed %ds ago)"
-                        % (candidate, mine.get("holder"), now - float(mine.get("renewed", 0))))
+        result = _refusal(live, views, "node %s is being upgraded by another controller (%s, renewed %ds ago): left "
+                          "to it" % (candidate, mine.get("holder"), now - float(mine.get("renewed", 0))))
+        result["held_elsewhere"] = True
+        return result
     unavailable_nodes = sorted(v["name"] for v in views if unavailable(v))
     failed = sorted(v["name"] for v in views if v["state"] == FAILED and v["name"] != candidate)
     if failed and not mine:
-        result = _refusal(live, views, "the rollout stopped: %s %s %s (it stays cordoned until someone looks); no "
-                          "new node starts" % (", ".join(failed), "is" if len(failed) == 1 else "are", FAILED))
+        result = _refusal(live, views, halt_reason(failed))
         result["halted"] = True
         return result
+    if paused is not None and not mine:
+        return _refusal(live, views, "the rollout is paused (annotation %s on the Lease: %s); remove it to resume"
+                        % (PAUSE_ANNOTATION, paused or "no reason given"))
     others = dict((node, slot) for node, slot in live.items() if node != candidate)
     if not mine and len(others) >= max_parallel:
         return _refusal(live, views, "max_parallel %d reached: %s in progress" % (max_parallel, ", ".join(sorted(others))))
@@ -299,13 +433,25 @@ def acquire(candidate, views, slots, holder, max_parallel, max_unavailable, now,
                         "progress)" % (max_unavailable, ", ".join(sorted(set(counted) - {candidate}))))
     table = dict(live)
     table[candidate] = {"holder": holder, "renewed": round(now, 3)}
-    return {"granted": True, "halted": False, "slots": table, "reason": "slot taken",
+    return {"granted": True, "halted": False, "held_elsewhere": False, "slots": table, "reason": "slot taken",
             "unavailable": unavailable_nodes, "in_progress": sorted(table)}
 
 
+def halt_reason(failed):
+    return ("the rollout stopped: %s %s %s (it stays cordoned until someone looks); no new node starts. Retry with "
+            "gpunode_upgrade_retry_failed=true once the cause is fixed"
+            % (", ".join(failed), "is" if len(failed) == 1 else "are", FAILED))
+
+
 def _refusal(live, views, reason):
-    return {"granted": False, "halted": False, "slots": None, "reason": reason,
+    return {"granted": False, "halted": False, "held_elsewhere": False, "slots": None, "reason": reason,
             "unavailable": sorted(v["name"] for v in views if unavailable(v)), "in_progress": sorted(live)}
+
+
+def slot_budget(views, live, max_parallel, max_unavailable):
+    """How many nodes may be in progress at once now: the limits less the nodes unavailable for other reasons."""
+    elsewhere = set(v["name"] for v in views if unavailable(v)) - set(live)
+    return max(0, min(max_parallel, max_unavailable - len(elsewhere)))
 
 
 def release(candidate, slots, holder):
@@ -330,11 +476,44 @@ def renew(candidate, slots, holder, now):
 
 # --- the plan check mode prints -------------------------------------------------------------------------
 
-def plan_lines(node, decision, steps, light, pdb_waits=None, reboot=False):
+def worst_case_seconds(steps, light, timeouts):
+    """The longest the waiting steps of a node may take by their timeouts (the install's own time is on top).
+
+    timeouts: {job, eviction, validation, reboot} in seconds. A driver change counts a reboot: the modules may
+    refuse to unload."""
+    waits = {"wait-for-jobs-required": ["job"], "pod-deletion-required": ["eviction"], "drain-required": ["eviction"],
+             "pod-restart-required": ["validation"] + ([] if light else ["reboot"]),
+             "validation-required": ["validation"]}
+    return sum(int(timeouts.get(name) or 0) for step in steps for name in waits.get(step, ()))
+
+
+def duration(seconds):
+    hours, rest = divmod(int(seconds), 3600)
+    return ("%dh%02dm" % (hours, rest // 60)) if hours else ("%dm%02ds" % divmod(rest, 60))
+
+
+def versions_line(current, target):
+    """'driver 580.159.03 -> 580.178.04, toolkit 1.17.8 (kept)' for the parts the run manages."""
+    parts = []
+    for part in ("driver", "toolkit", "fabricmanager"):
+        have, wanted = (current or {}).get(part) or "", (target or {}).get(part) or ""
+        if wanted and not same_version(have, wanted):
+            parts.append("%s %s -> %s" % (part, have or "(none)", wanted))
+        elif have:
+            parts.append("%s %s (kept)" % (part, have))
+    return ", ".join(parts) or "no versions managed"
+
+
+def plan_lines(node, decision, steps, light, pdb_waits=None, reboot=False, current=None, target=None, timeouts=None):
     """Lines saying what a real run would do on one node, in order."""
-    lines = ["%s: %s (%s)" % (node, decision["action"], decision["reason"])]
+    lines = ["%s: %s (%s)" % (node, decision["action"], decision["reason"]),
+             "  versions: %s" % versions_line(current, target)]
     if decision["action"] != "upgrade":
         return lines
+    if timeouts:
+        lines.append("  worst case %s by the timeouts (%s), plus the install itself"
+                     % (duration(worst_case_seconds(steps, light, timeouts)),
+                        ", ".join("%s %ss" % item for item in sorted(timeouts.items()))))
     words = {
         REQUIRED: "preflight: target packages for the running kernel, fabric manager, Secure Boot, security minimum",
         "cordon-required": "cordon (a node someone else cordoned stays cordoned afterwards)",

@@ -21,8 +21,9 @@ def alive(_holder):
     return None  # cannot tell: the ttl decides
 
 
-def grant(candidate, views, slots, holder="me", parallel=2, unavailable=2, now=100.0, ttl=60, is_alive=alive):
-    return ro.acquire(candidate, views, slots, holder, parallel, unavailable, now, ttl, is_alive)
+def grant(candidate, views, slots, holder="me", parallel=2, unavailable=2, now=100.0, ttl=60, is_alive=alive,
+          paused=None):
+    return ro.acquire(candidate, views, slots, holder, parallel, unavailable, now, ttl, is_alive, paused)
 
 
 @pytest.mark.parametrize("value, nodes, count", [
@@ -281,3 +282,118 @@ def test_minimum_targets_the_security_minimum_of_the_branch_each_node_runs():
 ])
 def test_the_driver_role_gets_the_branch_and_the_exact_version_parsed_once(driver, branch, version):
     assert ro.driver_install(driver) == {"branch": branch, "version": version}
+
+
+# --- a fleet: targets, GPU nodes, two controllers, pause, rollback -------------------------------------
+
+@pytest.mark.parametrize("target, words", [
+    ({"driver": "58O"}, "gpunode_upgrade_driver is '58O': no version"),
+    ({"driver": "latest"}, "gpunode_upgrade_driver is 'latest': no version"),
+    ({"driver": "5800"}, "gpunode_upgrade_driver is '5800': no version"),
+    ({"toolkit": "newest"}, "gpunode_upgrade_toolkit is 'newest': no version"),
+])
+def test_a_target_that_is_no_version_is_refused(target, words):
+    with pytest.raises(ro.RolloutError, match=words):
+        ro.check_target(target)
+
+
+@pytest.mark.parametrize("driver", ["580", "580.178.04", "1:580.178.04-1", "580.178"])
+def test_driver_versions_as_the_packages_name_them_are_taken(driver):
+    ro.check_target({"driver": driver, "toolkit": "1.19.1-1"}, "580")
+
+
+def test_a_driver_outside_the_pinned_branch_is_refused():
+    with pytest.raises(ro.RolloutError, match="gpunode_upgrade_driver 590.48.01 is not on nvidia_driver_branch 580"):
+        ro.check_target({"driver": "590.48.01"}, "580")
+
+
+def api_node(name, labels=None, gpus=0):
+    return ro.node_view({"metadata": {"name": name, "labels": labels or {}},
+                         "status": {"capacity": {"nvidia.com/gpu": str(gpus)} if gpus else {}}})
+
+
+def test_gpu_nodes_by_the_label_or_by_capacity_and_none_is_an_error_naming_both():
+    views = [api_node("a", {"nvidia.com/gpu.present": "true"}), api_node("b", gpus=8), api_node("cpu")]
+    found = ro.gpu_views(views, "nvidia.com/gpu.present=true")
+    assert [(v["name"], v["found_by"]) for v in found] == [("a", ["label"]), ("b", ["capacity"])]
+    assert ro.how_found(found, "nvidia.com/gpu.present=true") == (
+        "2 GPU node(s): 1 by the label nvidia.com/gpu.present=true, 1 more by nvidia.com/gpu capacity alone")
+    with pytest.raises(ro.RolloutError, match=r"no GPU node found: no Node has the label gpu=yes "
+                                              r"\(gpunode_upgrade_gpu_node_selector\) or nvidia.com/gpu capacity"):
+        ro.gpu_views([api_node("cpu")], "gpu=yes")
+
+
+@pytest.mark.parametrize("selector, labels, selected", [
+    ("a=1", {"a": "1"}, True), ("a==1,b", {"a": "1", "b": ""}, True), ("a!=1", {"a": "2"}, True),
+    ("!a", {"a": "1"}, False), ("a", {}, False), ("", {}, True),
+])
+def test_equality_based_selectors(selector, labels, selected):
+    assert ro.label_selector_matches(selector, labels) is selected
+
+
+def test_done_for_this_target_is_at_target_and_is_never_entered_again():
+    target = {"driver": "580.178.04", "toolkit": "", "fabricmanager": ""}
+    done = ro.node_view({"metadata": {"name": "a", "labels": {ro.STATE_LABEL: ro.DONE},
+                                      "annotations": {ro.TARGET_ANNOTATION: ro.target_key(target)}}})
+    decision = ro.decide(done, ["driver"], target=target)
+    assert decision["action"] == "at-target" and "already upgraded to this target" in decision["reason"]
+    assert ro.decide(done, ["driver"], target=dict(target, driver="580.190.01"))["action"] == "upgrade"
+    with pytest.raises(ro.Replan, match="already upgrade-done for this target"):
+        ro.check_transition(ro.DONE, ro.REQUIRED, done_same_target=True)
+    ro.check_transition(ro.DONE, ro.REQUIRED, done_same_target=False)
+
+
+def test_a_refused_move_on_a_node_at_rest_or_a_step_back_is_a_replan_but_a_failed_node_is_not():
+    for current, new in ((ro.DONE, "cordon-required"), ("validation-required", "cordon-required")):
+        with pytest.raises(ro.Replan):
+            ro.check_transition(current, new)
+    with pytest.raises(ro.RolloutError) as refused:
+        ro.check_transition(ro.FAILED, ro.DONE)
+    assert not isinstance(refused.value, ro.Replan)
+
+
+def test_a_node_another_live_controller_holds_is_left_to_it_without_waiting():
+    result = grant("a", [node("a"), node("b")], {"a": {"holder": "other", "renewed": 99}})
+    assert result["held_elsewhere"] and not result["granted"] and "left to it" in result["reason"]
+
+
+def test_a_pause_starts_no_new_node_but_a_node_in_progress_keeps_its_slot():
+    views = [node(n) for n in "abc"]
+    paused = grant("b", views, {"a": {"holder": "me", "renewed": 99}}, paused="window closed")
+    assert not paused["granted"] and not paused["halted"] and "paused" in paused["reason"]
+    assert "window closed" in paused["reason"] and "remove it to resume" in paused["reason"]
+    assert grant("a", views, {"a": {"holder": "me", "renewed": 99}}, paused="window closed")["granted"]
+    assert grant("b", views, {}, paused=None)["granted"]
+
+
+def test_slot_budget_counts_the_nodes_unavailable_for_other_reasons():
+    views = [node("a"), node("b", unschedulable=True), node("c"), node("d")]
+    assert ro.slot_budget(views, {}, 4, 3) == 2
+    assert ro.slot_budget(views, {"b": {}}, 4, 3) == 3  # b is unavailable because it is in progress
+    assert ro.slot_budget(views, {}, 1, 3) == 1
+
+
+@pytest.mark.parametrize("current, target, found", [
+    ({"driver": "580.178.04"}, {"driver": "580.159.03"}, ["driver 580.178.04 -> 580.159.03"]),
+    ({"driver": "580.159.03"}, {"driver": "580.178.04"}, []),
+    ({"driver": "580.178.04"}, {"driver": "580"}, []),  # a branch is its newest: never older
+    ({"toolkit": "1.19.1-1"}, {"toolkit": "1.18.0"}, ["toolkit 1.19.1 -> 1.18.0"]),
+])
+def test_downgrades_are_named(current, target, found):
+    changes = ro.needs(current, target)
+    assert ro.downgrades(current, target, changes) == found
+
+
+def test_a_downgrade_is_refused_unless_allowed():
+    refused = ro.decide(node("a"), ["driver"], downgrade=["driver 580.178.04 -> 580.159.03"])
+    assert refused["action"] == "refused" and "gpunode_upgrade_allow_downgrade=true" in refused["reason"]
+
+
+def test_worst_case_duration_adds_the_timeouts_of_the_steps_walked():
+    timeouts = {"job": 3600, "eviction": 300, "validation": 600, "reboot": 1200}
+    steps = ro.steps_from(ro.REQUIRED, job_selector="app=train", drain=True)
+    assert ro.worst_case_seconds(steps, False, timeouts) == 3600 + 300 + 300 + 600 + 1200 + 600
+    assert ro.duration(ro.worst_case_seconds(steps, False, timeouts)) == "1h50m"
+    light = ro.steps_from(ro.REQUIRED)
+    assert ro.worst_case_seconds(light, True, timeouts) == 300 + 600 + 600
+    assert ro.duration(1500) == "25m00s"

@@ -87,3 +87,17 @@ def test_a_dry_run_checks_and_writes_nothing():
     with pytest.raises(ro.RolloutError, match="cannot go from no state to cordon-required"):
         api.move_state("gpu-1", "cordon-required", dry_run=True)
     assert api.patches == [] and api.state is None
+
+
+def test_the_start_records_the_target_and_a_node_done_for_it_is_never_started_again():
+    target = {"driver": "580.178.04"}
+    api = Labelled(None)
+    assert api.move_state("gpu-1", ro.REQUIRED, target=target) == (None, True)
+    assert api.patches[0]["metadata"]["annotations"] == {ro.TARGET_ANNOTATION: '{"driver":"580.178.04"}'}
+
+    done = Labelled(ro.DONE)
+    done.node = lambda name: {"metadata": {"name": name, "resourceVersion": "1", "labels": {ro.STATE_LABEL: ro.DONE},
+                                           "annotations": {ro.TARGET_ANNOTATION: ro.target_key(target)}}}
+    with pytest.raises(ro.Replan, match="already upgrade-done for this target"):
+        done.move_state("gpu-1", ro.REQUIRED, target=target)
+    assert done.patches == []
