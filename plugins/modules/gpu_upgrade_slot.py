@@ -28,7 +28,11 @@ notes:
     number at most O(max_unavailable). A node that already holds this controller's slot is granted again at
     once (a resumed run).
   - When a GPU node is C(upgrade-failed), returns C(halted=true) without a slot and without failing; the play
-    ends that host without touching it.
+    fails that host without touching it ("not started, because the rollout stopped"; in check mode "would not
+    start").
+  - While the Lease carries the annotation C(gpunode.nvidia/upgrade-paused) (any value, the reason), no node takes a
+    new slot; nodes holding one finish. Removing the annotation resumes the waiting nodes.
+  - In check mode nothing is written and nothing is waited for - the answer is what the slot decision is now.
   - A slot is freed by O(op=release) (as soon as the node is done), or when its controller is gone, that is
     when it was not renewed within O(ttl) seconds, or at once when the controller ran on this machine and its
     process no longer exists (a killed run).
@@ -59,7 +63,10 @@ options:
     type: raw
     default: 25%
   gpu_node_selector:
-    description: The label selector of the GPU nodes counted for O(max_unavailable).
+    description:
+      - The label selector (equality-based) of the GPU nodes counted for O(max_unavailable); nodes with
+        C(nvidia.com/gpu) capacity count too, so a cluster without GPU feature discovery needs no label. No GPU node
+        found is an error naming both.
     type: str
     default: nvidia.com/gpu.present=true
   lease_namespace:
@@ -142,6 +149,22 @@ waited_s:
   description: Seconds spent waiting.
   returned: when O(op=acquire)
   type: float
+held_elsewhere:
+  description: Another live controller holds the node's slot; the node is left to it, without waiting.
+  returned: when O(op=acquire)
+  type: bool
+gpu_nodes:
+  description: How many GPU nodes were found, and how (by the label, by capacity alone).
+  returned: when O(op=acquire)
+  type: str
+budget:
+  description: How many nodes may be in progress at once now (the limits less the nodes unavailable for other reasons).
+  returned: when O(op=acquire)
+  type: int
+paused:
+  description: The value of the Lease's C(gpunode.nvidia/upgrade-paused) annotation, null when the rollout is not paused.
+  returned: when O(op=acquire)
+  type: str
 holder:
   description: This controller's identity in the slot table (host/pid/start time of ansible-playbook).
   returned: always

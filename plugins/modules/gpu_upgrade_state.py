@@ -58,9 +58,30 @@ options:
     type: dict
     default: {}
   target:
-    description: The wanted versions, same keys; a key left out or empty is not changed by the rollout.
+    description:
+      - The wanted versions, same keys; a key left out or empty is not changed by the rollout. A value that is no
+        version (V(58O), V(latest), V(5800)) is refused before the node is read.
+      - With O(op=set), the target as O(op=read) resolved it; C(upgrade-required) records it on the Node
+        (annotation C(gpunode.nvidia/upgrade-target)) and a node C(upgrade-done) for this very target is never
+        started again (RV(replan)).
     type: dict
     default: {}
+  branch:
+    description: The driver branch the nodes are kept on (C(nvidia_driver_branch)); a target driver outside it is refused. Empty, any branch.
+    type: str
+    default: ""
+  timeouts:
+    description:
+      - Seconds of the waiting steps, C(job), C(eviction), C(validation), C(reboot); O(op=plan) adds up those of
+        the steps walked into the node's worst case.
+    type: dict
+    default: {}
+  allow_downgrade:
+    description:
+      - Move to an older driver or toolkit version than the node runs, inside its branch (the rollback), through the
+        same states. Without it such a node is V(refused).
+    type: bool
+    default: false
   minimum:
     description:
       - The target is the security minimum instead of O(target) - the highest fixed version of the node's driver
@@ -127,6 +148,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+replan:
+  description: >-
+    O(op=set) was refused because the node changed under this run (another controller finished or moved it): plan
+    the node again, never label it C(upgrade-failed).
+  returned: when the state machine refused the move
+  type: bool
 state:
   description: The node's state label (after O(op=set)), null when it has none.
   returned: success
