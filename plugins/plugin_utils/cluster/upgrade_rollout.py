@@ -328,8 +328,8 @@ def decide(view, changes, operator_managed=False, retry_failed=False, below=(), 
     if not changes:
         return _decision("at-target", None, "already at the target")
     if target is not None and done_for(view, target):
-        return _decision("at-target", None, "already upgraded to this target (%s, annotation %s)" % (DONE,
-                                                                                                   TARGET_ANNOTATION))
+        return _decision("at-target", None,
+                         "already upgraded to this target (%s, annotation %s)" % (DONE, TARGET_ANNOTATION))
     return _decision("upgrade", REQUIRED, "needs %s" % ", ".join(changes))
 
 
