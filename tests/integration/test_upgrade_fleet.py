@@ -7,11 +7,15 @@ Lease and maintenance steps against the Kubernetes API STAND-IN (tests/testbed/k
 STAND-IN node side of tests/integration/upgrade_stub (versions in a JSON file per node, a log of what each
 node did; stub_offered stands for what the node's package sources offer).
 """
+import os
+import sys
 import threading
 import time
 
-from kube_api_standin import KubeApiStandin, Node
-from test_upgrade_rollout import Rollout, gpu_nodes, report_peak
+from test_upgrade_rollout import REPO, Rollout, gpu_nodes, report_peak
+
+sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
+from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
 OLD, NEW = "580.159.03", "580.178.04"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
