@@ -32,7 +32,7 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.daemon_json import (
-    BOM, WHITESPACE, get_key, locate, parse_daemon_json, runtime_entry, value_at)
+    BOM, WHITESPACE, get_key, locate, parse_daemon_json, value_at)
 
 DEFAULT_INDENT = "  "
 # dockerd refuses these runtime names in daemon.json ("runtime name ... is reserved").

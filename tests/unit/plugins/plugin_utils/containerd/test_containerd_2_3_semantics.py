@@ -56,7 +56,7 @@ def test_a_version_4_file_is_edited_under_the_version_3_plugin_id(version):
     assert plan.cri_path == ("plugins", "io.containerd.cri.v1.runtime")
     runtime = parse(plan.text, ROOT)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"]
     assert runtime["options"] == {"BinaryName": BINARY, "SystemdCgroup": True}
-    assert plan.text.startswith(V4_FILE.split("\n\n  [plugins.\"io.containerd.server")[0])
+    assert plan.text.startswith(V4_FILE.split("\n\n  [plugins.\"io.containerd.server", maxsplit=1)[0])
     assert 'address = "/run/containerd/containerd.sock"' in plan.text
 
 
