@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 import pytest
 import tomlkit
-from ansible.module_utils import _internal
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
@@ -307,12 +306,9 @@ def test_crio_unexpected_exception(capsys, outputs, crio_dir, monkeypatch):
 
 @pytest.fixture(scope="module")
 def action():
-    """The action plugin module (importing it must not flag the test process as the controller)."""
-    was_controller = _internal.is_controller
-    try:
-        yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
-    finally:  # controller code (ansible.plugins, ansible.errors) is imported here only
-        _internal.is_controller = was_controller
+    """The action plugin module (tests/unit/conftest.py puts every test back on the module side after
+    controller code is imported)."""
+    return importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
 
 
 def stand_in_dump(text, lose_credentials=False):

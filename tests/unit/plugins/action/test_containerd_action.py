@@ -3,7 +3,6 @@ import importlib
 
 import pytest
 
-from ansible.module_utils import _internal
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import plan as planning
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import target as targets
@@ -12,13 +11,9 @@ from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_edi
 
 @pytest.fixture(scope="module")
 def action():
-    """The action plugin module. Importing controller code flags the process as the controller, which
-    makes in-process module runs of other tests print their warnings instead of returning them: undo it."""
-    was_controller = _internal.is_controller
-    try:
-        yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
-    finally:
-        _internal.is_controller = was_controller
+    """The action plugin module (tests/unit/conftest.py puts every test back on the module side after
+    controller code is imported)."""
+    return importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.containerd_runtime")
 
 
 SNAP = {"kind": "containerd", "platform": "k8s-snap", "selected_by": "kubelet", "edit_mode": "main",

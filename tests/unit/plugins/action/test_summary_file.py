@@ -5,7 +5,6 @@ import types
 
 import pytest
 
-from ansible.module_utils import _internal
 
 NODES = [{"node": "gpu-02", "engine": "containerd", "restarts": 1, "reboot_reasons": []},
          {"node": "gpu-01", "engine": "docker", "restarts": 0, "proof_recorded_at": None}]
@@ -13,13 +12,9 @@ NODES = [{"node": "gpu-02", "engine": "containerd", "restarts": 1, "reboot_reaso
 
 @pytest.fixture(scope="module")
 def action():
-    """The action plugin module. Importing controller code flags the process as the controller, which makes
-    in-process module runs of other tests print their warnings instead of returning them: undo it."""
-    was_controller = _internal.is_controller
-    try:
-        yield importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.summary_file")
-    finally:
-        _internal.is_controller = was_controller
+    """The action plugin module (tests/unit/conftest.py puts every test back on the module side after
+    controller code is imported)."""
+    return importlib.import_module("ansible_collections.gpunode.nvidia.plugins.action.summary_file")
 
 
 @pytest.fixture
