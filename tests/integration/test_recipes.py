@@ -8,6 +8,10 @@ container with Debian's containerd, its inventory's first host pointed at the co
 unchanged afterwards. STAND-INS: nvidia-container-runtime (tests/testbed/stand-ins; no GPU here), the Kubernetes
 API (tests/testbed/kube_api_standin.py) for the rolling upgrade. The driver, toolkit and verify stages are off
 there: they need NVIDIA's repositories and a GPU (their own tests use the local stand-in repository).
+The rolling upgrade's plan runs the driver role's planning on the node (can the target be installed for its
+kernel?), so that recipe's run gets the local signed test repository as its archive (STAND-IN for NVIDIA's and
+Debian's: its newest driver, 535.309.01, stands for the recipe's 580.178.04, allowed although R535 has ended) and
+plans without a GPU (nvidia_driver_install_without_gpu: the node container has none).
 
 README's task of your own (the role's `apply` entry point) runs for real on the same node: the first run edits
 config.toml and restarts containerd, which then lists the runtime; the second changes nothing.
@@ -22,7 +26,7 @@ import sys
 import pytest
 import yaml
 
-from nvidia_node import NodeContainer, REPO
+from nvidia_node import NodeContainer, REPO, ensure_repo
 
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
@@ -136,6 +140,7 @@ def node():
         subprocess.run(["docker", "cp", STANDIN_RUNTIME, "%s:/usr/bin/nvidia-container-runtime" % node.name],
                        check=True)
         node.sh("chmod 0755 /usr/bin/nvidia-container-runtime")
+        node.serve_repo(ensure_repo())
         yield node
     finally:
         node.close()
@@ -170,6 +175,15 @@ def node_state(node):
 CHECKED = [r for r in RECIPES if r[3]]
 
 
+def upgrade_standin(node):
+    """The STAND-IN archive and target for the rolling upgrade's plan (see the module docstring)."""
+    return {"nvidia_driver_debian_mirror": node.url + "/debian",
+            "nvidia_driver_debian_signed_by": node.url + "/keys/nvidia-test.asc",
+            "nvidia_driver_debian_suites": ["bookworm"], "nvidia_driver_flavour": "proprietary",
+            "nvidia_driver_install_without_gpu": True,
+            "gpunode_upgrade_driver": "535.309.01", "gpunode_upgrade_allow_below_minimum": True}
+
+
 @pytest.mark.parametrize("title, files, commands, _check", CHECKED, ids=[r[0] for r in CHECKED])
 def test_a_recipe_runs_in_check_mode_on_a_node_and_changes_nothing(
         tmp_path, node, cluster, title, files, commands, _check):
@@ -177,7 +191,8 @@ def test_a_recipe_runs_in_check_mode_on_a_node_and_changes_nothing(
     argv = playbook_commands(commands)[0]
     argv += [] if "--check" in argv else ["--check"]
     before = node_state(node)
-    proc = run(argv, tmp_path, gpunode_kubeconfig=cluster.kubeconfig, **STAGES_OFF)
+    standin = upgrade_standin(node) if "gpunode.nvidia.upgrade" in argv else {}
+    proc = run(argv, tmp_path, gpunode_kubeconfig=cluster.kubeconfig, **dict(STAGES_OFF, **standin))
     assert proc.returncode == 0, "%s: %s\n%s" % (title, " ".join(argv), proc.stdout[-4000:])
     assert node_state(node) == before
     assert "[WARNING]: " not in proc.stdout or "is set, but no role or playbook" not in proc.stdout
