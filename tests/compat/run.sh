@@ -140,7 +140,13 @@ demo_verdict() {
 case "$part" in
   unit) unit ;;
   live) live ;;
-  sanity) VENV=$venv tests/sanity/run.sh ;;
+  # The oldest core lints the code that ships (plugins/) with its pylint; the tests' own code, which never runs on
+  # a user's controller, is linted by the newest core's, the stricter of the two. Every other test covers the tree.
+  sanity) if [ "$core" = 2.16 ]; then
+            VENV=$venv tests/sanity/run.sh --skip-test pylint && VENV=$venv tests/sanity/run.sh --test pylint plugins/
+          else
+            VENV=$venv tests/sanity/run.sh
+          fi ;;
   demo) demo ;;
 esac
 echo "ansible-core $core $part: $(( $(date +%s) - start )) s"
