@@ -11,7 +11,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import time
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
@@ -84,13 +83,14 @@ class ActionModule(ValidatedAction):
         if not args["state"]:
             return dict(failed=True, changed=False, msg="op=set needs state (one of %s)" % ", ".join(ro.ALL_STATES))
         target = args["target"] or None  # as op=read resolved it
-        current, changed = api.move_state(args["node"], args["state"], dry_run=self._task.check_mode, target=target)
+        if self._task.check_mode:
+            current, changed = api.move_state(args["node"], args["state"], dry_run=True, target=target)
+        else:
+            current, changed = api.set_state(args["node"], args["state"], upgrade_api.controller_identity(), target)
         if not changed:
             return dict(changed=False, state=current, msg="%s is already %s" % (args["node"], current))
         if self._task.check_mode:
             return dict(changed=True, state=current, msg="check mode: %s would be labelled %s=%s"
                         % (args["node"], ro.STATE_LABEL, args["state"]))
-        holder = upgrade_api.controller_identity()
-        api.update_slots(lambda slots: ro.renew(args["node"], slots, holder, time.time()))
         moved = "%s: %s -> %s" % (args["node"], current or "(none)", args["state"])
         return dict(changed=True, state=args["state"], previous=current, msg=moved)

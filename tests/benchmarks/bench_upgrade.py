@@ -66,28 +66,20 @@ def playbook_figures():
 
 
 def simulated_node(api, name, holder, errors):
+    """One node as the action plugins drive it: gpu_upgrade_slot's wait, gpu_upgrade_state's label writes (each
+    renewing the slot when due), gpu_upgrade_slot's release."""
+    request = dict(node=name, holder=holder, max_parallel=SIM_PARALLEL, max_unavailable=SIM_PARALLEL,
+                   selector="nvidia.com/gpu.present=true", ttl=3600)
     try:
-        while True:
-            views = api.gpu_nodes("nvidia.com/gpu.present=true")
-            slots, lease = api.read_slots()
-            outcome = ro.acquire(name, views, slots, holder, SIM_PARALLEL, SIM_PARALLEL, time.time(), 3600,
-                                 lambda _h: True)
-            if outcome["granted"]:
-                try:
-                    api.write_slots(outcome["slots"], lease)
-                    break
-                except upgrade_api.Conflict:
-                    simulated_node.conflicts += 1
-                    continue
-            time.sleep(SIM_POLL)
+        outcome, _waited = api.wait_for_slot(request, timeout=3600, poll_interval=SIM_POLL)
+        if not outcome["granted"]:
+            raise RuntimeError("no slot: %s" % outcome["reason"])
         for state in ro.STATES:
-            api.move_state(name, state)
-        api.update_slots(lambda table: ro.release(name, table, holder))
+            api.set_state(name, state, holder)
+        if not api.release_slot(name, holder):
+            raise RuntimeError("slot not held at its release")
     except Exception as exc:  # reported, the benchmark goes on
         errors.append("%s: %s" % (name, exc))
-
-
-simulated_node.conflicts = 0
 
 
 def standin_process(names, workdir):
@@ -128,7 +120,10 @@ def simulated_figures():
     print(json.dumps({"nodes": SIM_NODES, "max_parallel": SIM_PARALLEL, "wall_s": round(wall, 1),
                       "orchestration_ms_per_node": round(wall * 1000 / SIM_NODES, 1),
                       "requests_per_node": round(report["requests"] / float(SIM_NODES), 1),
-                      "lease_conflicts": simulated_node.conflicts, "done": done, "errors": errors[:3]}))
+                      "requests_by_kind_per_node": dict((kind, round(count / float(SIM_NODES), 1))
+                                                        for kind, count in sorted(report["by_kind"].items())),
+                      "conflicts": report["conflicts"], "done": done,
+                      "given_up": len(errors), "errors": errors[:3]}))
 
 
 if __name__ == "__main__":

@@ -375,6 +375,7 @@ class KubeApiStandin:
         self.pods = {}          # (namespace, name) -> _Pod
         self.events = []        # event objects (dicts)
         self.requests = []      # (time, method, path)
+        self.conflicts = 0      # writes answered 409 Conflict (a stale resourceVersion)
         self.pods_created = []  # (namespace, name) in creation order
         self.created_pod_bodies = {}  # (namespace, name) -> the body as the client sent it
         self.pods_deleted = []
@@ -1001,6 +1002,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, code, body, content_type="application/json"):
+        if code == 409:
+            with self.api.lock:
+                self.api.conflicts += 1
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -1362,6 +1366,23 @@ ROUTES = (
 ) + sum((_object_routes(kind) for kind in STORED_KINDS), ())
 
 
+def requests_by_kind(requests):
+    """{'GET nodes': n, 'LIST nodes': n, 'PUT leases': n, 'POST pods/eviction': n, ...}: what the clients asked."""
+    counts = {}
+    for _at, method, path in requests:
+        parts = [part for part in path.split("/") if part]
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]  # after /api/v1 or /apis/GROUP/VERSION
+        if rest[:1] == ["namespaces"] and len(rest) > 2:
+            rest = rest[2:]
+        if not rest:
+            key = "%s %s" % (method, path)
+        else:
+            verb = "LIST" if method == "GET" and len(rest) == 1 else method
+            key = "%s %s" % (verb, "/".join([rest[0]] + rest[2:]))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def write_kubeconfig(path, server, token=None, context="standin", namespace="default"):
     """A kubeconfig (JSON is valid YAML) pointing the kubernetes client at `server`."""
     user = {"token": token} if token else {}
@@ -1399,6 +1420,7 @@ def main():
     if args.report:
         with open(args.report, "w") as handle:
             json.dump({"requests": len(api.requests), "write_requests": len(api.write_requests),
+                       "conflicts": api.conflicts, "by_kind": requests_by_kind(api.requests),
                        "peak_unavailable": api.peak_unavailable}, handle)
 
 

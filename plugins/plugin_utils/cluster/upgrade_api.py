@@ -27,7 +27,14 @@ UPGRADE_OPTIONS = client.kube_options(
     lease_name=dict(type="str", default="gpunode-upgrade"),
 )
 GPU_RESOURCE_PREFIX = "nvidia.com/"
-CONFLICT_PATIENCE = 120  # seconds a slot update retries lost resourceVersion races
+CONFLICT_PATIENCE = 120  # seconds a state label write retries lost resourceVersion races
+# A waiting node's pause between looks grows by this factor after each refusal, up to BACKOFF_CAP times the
+# poll interval: a long wait costs few requests, a short one is still noticed within a poll or so.
+BACKOFF_GROWTH = 1.5
+BACKOFF_CAP = 4
+# A waiting node lists the GPU nodes again at least every this many looks, even while the Lease alone refuses
+# it: a node that became available again elsewhere (uncordoned, Ready) is noticed.
+RELIST_LOOKS = 10
 
 
 class Conflict(Exception):
@@ -169,11 +176,12 @@ class UpgradeApi(object):
                                                                     client.api_message(exc)))
 
     def update_slots(self, change):
-        """Apply change(slots) -> new table or None, retrying on conflicts; returns the table written or None.
+        """Apply change(slots) -> new table or None, re-reading and re-applying on each conflict until it is written;
+        returns the table written or None.
 
-        Many nodes share one Lease: conflicts are retried for CONFLICT_PATIENCE seconds, not a fixed count (200
-        contending writers exhausted 20 quick retries, and a node that finished would have been marked failed)."""
-        deadline = time.monotonic() + CONFLICT_PATIENCE
+        Many nodes share one Lease. A conflict means another writer's change went in, so the writers as a whole
+        always progress: a release or renewal is retried until done, never given up (a finished node whose release
+        gave up would have been marked failed, and its slot held until the ttl)."""
         attempt = 0
         while True:
             slots, lease = self.read_slots()
@@ -185,12 +193,82 @@ class UpgradeApi(object):
                 return table
             except Conflict:
                 attempt += 1
-                if time.monotonic() >= deadline:
-                    raise ro.RolloutError("Lease %s/%s changed under each of %d attempts in %d s: too many writers at "
-                                          "once; rerun (each node resumes where it stopped)"
-                                          % (self.lease_namespace, self.lease_name, attempt, CONFLICT_PATIENCE))
                 # Writers that lost together would collide again at once: each waits a random, growing while.
                 time.sleep(random.uniform(0, min(1.0, 0.05 * attempt)))
+
+    def release_slot(self, node, holder):
+        """Give this controller's slot of the node back; False when it held none."""
+        return self.update_slots(lambda slots: ro.release(node, slots, holder)) is not None
+
+    def set_state(self, node, state, holder, target=None):
+        """move_state(), then the node's slot renewed when a quarter of its ttl has passed (one Lease read)."""
+        current, changed = self.move_state(node, state, target=target)
+        if changed:
+            self.update_slots(lambda slots: ro.renew(node, slots, holder, time.time(), only_when_due=True))
+        return current, changed
+
+    # --- taking a slot ---
+
+    def slot_attempt(self, request, known=None, write=True):
+        """(outcome, known): one decision on the Lease as it is now, written when granted (and `write`).
+
+        request: {node, holder, max_parallel, max_unavailable, selector, ttl}. known: what an earlier attempt
+        listed (the GPU nodes, and the slots held then). The GPU nodes are listed again only when they may have
+        changed in a way that matters: the Lease alone (max_parallel, the slots' own count, the pause, another
+        controller's slot) does not refuse the node, and the slots held differ from those of the listing (a node
+        finished, and was uncordoned before it gave its slot back). So a waiting node's look is one Lease read, and
+        no slot is written on the strength of an old list. A lost race (409) reads the Lease again and decides again,
+        on the same list, on what the other controller wrote."""
+        slots, lease = self.read_slots()
+        if known is not None:
+            outcome = self._slot_decision(request, known["views"], slots, lease)
+            if not outcome["granted"] and (self._refused_by_lease(request, len(known["views"]), slots, lease)
+                                           or self._holders(request, slots) == known["holders"]):
+                return outcome, known
+        known = {"views": self.gpu_nodes(request["selector"]), "holders": self._holders(request, slots)}
+        while True:
+            outcome = self._slot_decision(request, known["views"], slots, lease)
+            if not outcome["granted"] or not write:
+                return dict(outcome, slots=None), known
+            try:
+                self.write_slots(outcome["slots"], lease)
+                return dict(outcome, slots=None), known
+            except Conflict:
+                slots, lease = self.read_slots()
+
+    def _slot_decision(self, request, views, slots, lease, gpu_count=None):
+        limit = ro.max_unavailable_count(request["max_unavailable"], len(views) if gpu_count is None else gpu_count)
+        now = time.time()
+        paused = self.paused(lease)
+        outcome = ro.acquire(request["node"], views, slots, request["holder"], request["max_parallel"], limit, now,
+                             request["ttl"], holder_alive, paused=paused)
+        live = ro.live_slots(slots, now, request["ttl"], holder_alive)
+        return dict(outcome, max_unavailable=limit,
+                    gpu_nodes=ro.how_found(views, request["selector"]) if views else "",
+                    budget=ro.slot_budget(views, live, request["max_parallel"], limit), paused=paused)
+
+    def _refused_by_lease(self, request, gpu_count, slots, lease):
+        """The Lease alone refuses the node: no list of the nodes could grant it."""
+        return not self._slot_decision(request, [], slots, lease, gpu_count)["granted"]
+
+    @staticmethod
+    def _holders(request, slots):
+        return frozenset(ro.live_slots(slots, time.time(), request["ttl"], holder_alive))
+
+    def wait_for_slot(self, request, timeout, poll_interval, sleep=time.sleep, clock=time.monotonic):
+        """(outcome, seconds waited): slot attempts until the node is granted, halted or held elsewhere, or
+        `timeout` passes. Between looks a pause that grows from poll_interval to BACKOFF_CAP times it, each with
+        its own jitter (waiting controllers that looked together would look together again)."""
+        started = clock()
+        known = None
+        looks = 0
+        while True:
+            outcome, known = self.slot_attempt(request, None if looks % RELIST_LOOKS == 0 else known)
+            waited = clock() - started
+            if outcome["granted"] or outcome["halted"] or outcome["held_elsewhere"] or waited >= timeout:
+                return outcome, waited
+            looks += 1
+            sleep(poll_interval * min(BACKOFF_GROWTH ** looks, BACKOFF_CAP) * random.uniform(0.75, 1.25))
 
     # --- what check mode reports ---
 

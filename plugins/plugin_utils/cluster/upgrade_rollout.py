@@ -432,7 +432,7 @@ def acquire(candidate, views, slots, holder, max_parallel, max_unavailable, now,
         return _refusal(live, views, "max_unavailable %d reached: %s unavailable (cordoned, NotReady or in "
                         "progress)" % (max_unavailable, ", ".join(sorted(set(counted) - {candidate}))))
     table = dict(live)
-    table[candidate] = {"holder": holder, "renewed": round(now, 3)}
+    table[candidate] = {"holder": holder, "renewed": round(now, 3), "ttl": ttl}
     return {"granted": True, "halted": False, "held_elsewhere": False, "slots": table, "reason": "slot taken",
             "unavailable": unavailable_nodes, "in_progress": sorted(table)}
 
@@ -464,13 +464,19 @@ def release(candidate, slots, holder):
     return table
 
 
-def renew(candidate, slots, holder, now):
-    """The table with this controller's slot renewed (None when it holds none for the node)."""
+def renew(candidate, slots, holder, now, only_when_due=False):
+    """The table with this controller's slot renewed (None when it holds none for the node).
+
+    only_when_due: None as well while the slot is younger than a quarter of the ttl it was taken with, so that a
+    state change (each renews) writes the shared Lease a few times an hour rather than at every step. A slot
+    without its ttl (taken by an older release) is always due."""
     slot = slots.get(candidate)
     if not slot or slot.get("holder") != holder:
         return None
+    if only_when_due and slot.get("ttl") and now - float(slot.get("renewed", 0)) < float(slot["ttl"]) / 4:
+        return None
     table = dict(slots)
-    table[candidate] = {"holder": holder, "renewed": round(now, 3)}
+    table[candidate] = dict(slot, renewed=round(now, 3))
     return table
 
 

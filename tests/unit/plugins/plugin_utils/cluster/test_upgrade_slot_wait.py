@@ -1,0 +1,158 @@
+"""UpgradeApi.wait_for_slot and set_state: what a waiting node and a state change cost the API, on a fake clock.
+
+A waiting node looks at the Lease (one read) with growing, jittered pauses, lists the GPU nodes only when the Lease
+may leave it room (or every RELIST_LOOKS looks), and never writes a slot on the strength of an old node list; a
+state change renews the slot only when a quarter of its ttl has passed."""
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
+
+
+def node(name, unschedulable=False, state=None):
+    return {"metadata": {"name": name, "labels": dict({"nvidia.com/gpu.present": "true"},
+                                                      **({ro.STATE_LABEL: state} if state else {}))},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+class Fleet(upgrade_api.UpgradeApi):
+    """A cluster of GPU nodes and one slot Lease on a fake clock; `events` change it at given times."""
+
+    def __init__(self, nodes, slots, events=(), losses=0):  # pylint: disable=super-init-not-called
+        self.lease_namespace, self.lease_name = "kube-system", "gpunode-upgrade"
+        self.nodes = dict((n["metadata"]["name"], n) for n in nodes)
+        self.slots = dict(slots)
+        self.version = 1
+        self.now = 0.0
+        self.events = sorted(events, key=lambda event: event[0])
+        self.losses = losses
+        self.calls = {"read lease": 0, "list nodes": 0, "write lease": 0, "conflict": 0}
+        self.pauses = []
+
+    def sleep(self, seconds):
+        self.pauses.append(seconds)
+        self.now += seconds
+        while self.events and self.events[0][0] <= self.now:
+            self.events.pop(0)[1](self)
+            self.version += 1
+
+    def clock(self):
+        return self.now
+
+    def gpu_nodes(self, selector):
+        self.calls["list nodes"] += 1
+        return ro.gpu_views([ro.node_view(n) for n in self.nodes.values()], selector)
+
+    def read_slots(self):
+        self.calls["read lease"] += 1
+        return dict(self.slots), {"metadata": {"resourceVersion": str(self.version), "annotations": {}}}
+
+    def write_slots(self, slots, lease):
+        self.calls["write lease"] += 1
+        if self.losses:  # another controller takes the free slot first
+            self.losses -= 1
+            self.calls["conflict"] += 1
+            self.slots["x"] = {"holder": "other"}
+            self.version += 1
+            raise upgrade_api.Conflict()
+        assert lease["metadata"]["resourceVersion"] == str(self.version)
+        self.slots = slots
+        self.version += 1
+
+    def wait(self, candidate="c", max_parallel=1, max_unavailable=1, timeout=3600, poll_interval=1.0):
+        request = dict(node=candidate, holder="me", max_parallel=max_parallel, max_unavailable=max_unavailable,
+                       selector="nvidia.com/gpu.present=true", ttl=3600)
+        return self.wait_for_slot(request, timeout, poll_interval, sleep=self.sleep, clock=self.clock)
+
+
+def release(name):
+    def event(fleet):
+        del fleet.slots[name]
+        fleet.nodes[name]["spec"]["unschedulable"] = False
+    return event
+
+
+def busy_fleet(events=(), losses=0):
+    """a is in progress (cordoned, holding the one slot), b and c wait."""
+    return Fleet([node("a", unschedulable=True), node("b"), node("c")],
+                 {"a": {"holder": "other", "renewed": 0}}, events, losses)
+
+
+def test_a_long_wait_costs_a_bounded_number_of_requests(monkeypatch):
+    """600 s behind a node in progress at poll_interval 1: the pauses grow to 4 s, so about 600 / 4 looks of one
+    Lease read each, the nodes listed every tenth look, and the slot taken right after the release."""
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 0.0)
+    fleet = busy_fleet(events=[(600.0, release("a"))])
+    outcome, waited = fleet.wait()
+    assert outcome["granted"] and fleet.slots["c"]["holder"] == "me"
+    looks = fleet.calls["read lease"]
+    assert looks <= 600 / (4 * 0.75) + 5
+    assert fleet.calls["list nodes"] <= looks / upgrade_api.RELIST_LOOKS + 2
+    assert fleet.calls["write lease"] == 1
+    assert max(fleet.pauses) <= 4 * 1.25 and min(fleet.pauses) >= 0.75 * 1.5
+    assert waited - 600 <= 4 * 1.25  # noticed within one of the longest pauses
+
+
+def test_the_slot_is_never_written_on_an_old_node_list(monkeypatch):
+    """The Lease frees a slot while another GPU node went NotReady since the last list: listed again, refused."""
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 0.0)
+
+    def release_a_and_lose_b(fleet):
+        release("a")(fleet)
+        fleet.nodes["b"]["status"]["conditions"][0]["status"] = "False"
+
+    fleet = busy_fleet(events=[(2.0, release_a_and_lose_b)])
+    outcome, _waited = fleet.wait(timeout=8)
+    assert not outcome["granted"] and "max_unavailable 1 reached: b" in outcome["reason"]
+    assert fleet.calls["write lease"] == 0 and "c" not in fleet.slots
+
+
+def test_a_lost_race_reads_the_lease_again_and_decides_on_what_the_winner_wrote(monkeypatch):
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 0.0)
+    fleet = Fleet([node("b"), node("c")], {}, losses=1)
+    outcome, _waited = fleet.wait(timeout=0)
+    assert not outcome["granted"] and "max_parallel 1 reached: x" in outcome["reason"]
+    assert fleet.calls == {"read lease": 2, "list nodes": 1, "write lease": 1, "conflict": 1}
+
+
+def test_a_failed_node_found_on_the_next_list_halts_the_wait(monkeypatch):
+    """The failed node's slot is given back, so the Lease leaves room: the nodes are listed and the halt seen."""
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 0.0)
+
+    def fail_a(fleet):
+        del fleet.slots["a"]
+        fleet.nodes["a"]["metadata"]["labels"][ro.STATE_LABEL] = ro.FAILED
+
+    fleet = busy_fleet(events=[(5.0, fail_a)])
+    outcome, _waited = fleet.wait()
+    assert outcome["halted"] and not outcome["granted"] and fleet.calls["write lease"] == 0
+
+
+class Renewing(Fleet):
+    """The node calls of a state change, on the fleet's Lease."""
+
+    def move_state(self, name, state, dry_run=False, target=None):
+        return "cordon-required", True
+
+
+def test_a_state_change_renews_the_slot_only_when_a_quarter_of_its_ttl_passed(monkeypatch):
+    fleet = Renewing([node("a")], {"a": {"holder": "me", "renewed": 1000.0, "ttl": 3600}})
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 1000.0 + 899)
+    fleet.set_state("a", "wait-for-jobs-required", "me")
+    assert fleet.calls["write lease"] == 0 and fleet.calls["read lease"] == 1
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 1000.0 + 901)
+    fleet.set_state("a", "pod-deletion-required", "me")
+    assert fleet.calls["write lease"] == 1 and fleet.slots["a"] == {"holder": "me", "renewed": 1901.0, "ttl": 3600}
+
+
+def test_a_slot_taken_without_its_ttl_is_renewed_at_every_state_change(monkeypatch):
+    """A slot an older release took (no ttl recorded): renewed as before."""
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 1001.0)
+    fleet = Renewing([node("a")], {"a": {"holder": "me", "renewed": 1000.0}})
+    fleet.set_state("a", "wait-for-jobs-required", "me")
+    assert fleet.calls["write lease"] == 1 and fleet.slots["a"]["renewed"] == 1001.0
+
+
+def test_a_granted_slot_records_its_ttl():
+    views = [ro.node_view(node("a"))]
+    outcome = ro.acquire("a", views, {}, "me", 1, 1, 50.0, 600, lambda _holder: None)
+    assert outcome["slots"]["a"] == {"holder": "me", "renewed": 50.0, "ttl": 600}
