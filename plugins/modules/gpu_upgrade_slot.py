@@ -22,7 +22,10 @@ notes:
     C(gpunode.nvidia/upgrade-slots)), written with its C(resourceVersion). When two controllers (a rerun, AWX
     job slices) write at once, the API refuses the second with 409 Conflict and it decides again on what the
     first wrote. The limits therefore hold across controllers, not only inside one play.
-  - O(op=acquire) waits (polling every O(poll_interval) seconds, up to O(timeout)) until the node may start. A
+  - O(op=acquire) waits up to O(timeout) until the node may start. Each look reads the Lease; the GPU nodes are
+    listed again only when the Lease no longer refuses the node by itself and its slots changed (or every tenth
+    look), and always before a slot is written. The pause between looks starts at O(poll_interval) and grows by
+    half after each refusal up to four times it, each with its own jitter, so a long wait costs few requests. A
     node may start when no GPU node is C(upgrade-failed), fewer than O(max_parallel) slots are held, and the
     GPU nodes unavailable for any reason (unschedulable or NotReady), the slot holders and the node itself
     number at most O(max_unavailable). A node that already holds this controller's slot is granted again at
@@ -33,6 +36,8 @@ notes:
   - While the Lease carries the annotation C(gpunode.nvidia/upgrade-paused) (any value, the reason), no node takes a
     new slot; nodes holding one finish. Removing the annotation resumes the waiting nodes.
   - In check mode nothing is written and nothing is waited for - the answer is what the slot decision is now.
+  - A release or renewal that loses a race on the Lease (409 Conflict) reads it again and applies itself again until
+    it is in; it never gives up.
   - A slot is freed by O(op=release) (as soon as the node is done), or when its controller is gone, that is
     when it was not renewed within O(ttl) seconds, or at once when the controller ran on this machine and its
     process no longer exists (a killed run).
@@ -82,7 +87,7 @@ options:
     type: int
     default: 3600
   poll_interval:
-    description: Seconds between two looks at the cluster while waiting.
+    description: Seconds between the first two looks at the cluster while waiting; later pauses grow to four times it.
     type: float
     default: 5.0
   ttl:

@@ -167,6 +167,14 @@ def api_message(exc):
         return "%s %s" % (getattr(exc, "status", ""), getattr(exc, "reason", None) or exc)
 
 
+def answer(call, *args, **kwargs):
+    """A client call's answer as the API's JSON (plain dicts, camelCase keys), read without the client's models:
+    decoding a list of Nodes into models, then back into JSON for the decisions, costs far more controller CPU than
+    the request itself (a waiting node of a rollout lists them again and again). Non-2xx answers still raise
+    ApiException."""
+    return json.loads(call(*args, _preload_content=False, **kwargs).data or b"null")
+
+
 def patch_with_version(read, decide, write, dry_run, retry_conflict):
     """(outcome, changed): read an object, decide a patch on what was read, write it with the read resourceVersion.
 

@@ -58,6 +58,12 @@ def controller_identity():
     return "%s/%d/%s" % (socket.gethostname(), pid, _start_time(pid) or "?")
 
 
+def contention_pause(lost):
+    """After the LOST-th lost race in a row on the Lease: a random pause, its bound doubling from 50 ms up to a second.
+    Writers that lost together would collide again at once; spread out, most find the table settled."""
+    time.sleep(random.uniform(0, min(1.0, 0.05 * 2 ** (lost - 1))))
+
+
 def holder_alive(holder):
     """True or False when the holder ran on this machine (its process is still the same one), else None."""
     try:
@@ -91,7 +97,7 @@ class UpgradeApi(object):
 
     def node(self, name):
         try:
-            return self.kube.to_json(self.core.read_node(name))
+            return client.answer(self.core.read_node, name)
         except client.ApiException as exc:
             if exc.status == 404:
                 raise ro.RolloutError("node %s does not exist in the cluster (kubectl get node %s): give the Node "
@@ -103,50 +109,83 @@ class UpgradeApi(object):
         """node_view()s of the GPU nodes: the selector's label or nvidia.com/gpu capacity (one list of all nodes:
         a cluster without GPU feature discovery has no label to select by)."""
         try:
-            nodes = self.core.list_node().items
+            nodes = client.answer(self.core.list_node)["items"]
         except client.ApiException as exc:
             raise ro.RolloutError("cannot list the nodes to find the GPU nodes: %s" % client.api_message(exc))
-        return ro.gpu_views([ro.node_view(self.kube.to_json(node)) for node in nodes], selector)
+        return ro.gpu_views([ro.node_view(node) for node in nodes], selector)
 
     def move_state(self, name, state, dry_run=False, target=None):
         """(previous state, changed): the node's state label moved to STATE where the state machine allows it.
 
-        The check and the write are one: the label is written with the resourceVersion it was checked on, and a
-        409 Conflict checks again on what is there now. A task of a killed run that still finishes, or a second
-        controller, cannot move a node back or undo a finished one between the check and the write.
+        The check and the write are one: the usual step forward is a JSON patch that tests the label, anything
+        else is written with the resourceVersion it was checked on, and a 409 Conflict checks again on what is
+        there now. A task of a killed run that still finishes, or a second controller, cannot move a node back or
+        undo a finished one between the check and the write.
         target: the versions the upgrade moves to; with upgrade-required it is recorded on the Node, and a node
         already done for it is refused (ro.Replan)."""
+        previous, changed, _node = self._move(name, state, dry_run, target)
+        return previous, changed
+
+    def _move(self, name, state, dry_run=False, target=None, annotations=None):
+        """move_state(), with ANNOTATIONS written beside the label; (previous, changed, the node as it is now)."""
+        seen = {}
+
         def decide(node):
+            seen["node"] = node
             view = ro.node_view(node)
             current = view["state"]
             ro.check_transition(current, state, target is not None and ro.done_for(view, target))
             if current == state:
                 return None, current
-            patch = {"metadata": {"labels": {ro.STATE_LABEL: state}}}
+            patch = {"metadata": {"labels": {ro.STATE_LABEL: state}, "annotations": dict(annotations or {})}}
             if state == ro.REQUIRED and target is not None:
-                patch["metadata"]["annotations"] = {ro.TARGET_ANNOTATION: ro.target_key(target)}
+                patch["metadata"]["annotations"][ro.TARGET_ANNOTATION] = ro.target_key(target)
             return patch, current
 
+        def write(patch):
+            seen["node"] = client.answer(self.core.patch_node, name, patch)
+
+        written = None if dry_run or annotations else self._move_from_expected(name, state)
+        if written is not None:
+            return ro.expected_previous(state), True, written
         deadline = time.monotonic() + CONFLICT_PATIENCE
         try:
-            return client.patch_with_version(lambda: self.node(name), decide,
-                                             lambda patch: self.core.patch_node(name, patch), dry_run,
-                                             retry_conflict=lambda conflicts: time.monotonic() < deadline)
+            previous, changed = client.patch_with_version(
+                lambda: self.node(name), decide, write, dry_run,
+                retry_conflict=lambda conflicts: time.monotonic() < deadline)
         except client.ApiException as exc:
             raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, client.api_message(exc)))
+        return previous, changed, seen["node"]
+
+    def _move_from_expected(self, name, state):
+        """One request for the usual step forward: a JSON patch that tests the label is the expected previous state
+        and replaces it, as one write (the test is the state machine's check: from that state the move is allowed).
+        The node as written, or None when it is elsewhere (a resumed run, a step left out, another controller):
+        then it is read and decided on."""
+        previous = ro.expected_previous(state)
+        if previous is None:
+            return None
+        path = "/metadata/labels/" + ro.STATE_LABEL.replace("~", "~0").replace("/", "~1")
+        try:
+            return client.answer(self.core.patch_node, name, [{"op": "test", "path": path, "value": previous},
+                                                              {"op": "replace", "path": path, "value": state}])
+        except client.ApiException as exc:
+            if exc.status in (400, 404, 409, 422):  # the test failed (422); the read path explains the rest
+                return None
+            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state,
+                                                                     client.api_message(exc)))
 
     # --- the slot Lease ---
 
     def read_slots(self):
         """(slots, lease body or None): the Lease's slot table, {} when the Lease does not exist yet."""
         try:
-            lease = self.coordination.read_namespaced_lease(self.lease_name, self.lease_namespace)
+            body = client.answer(self.coordination.read_namespaced_lease, self.lease_name, self.lease_namespace)
         except client.ApiException as exc:
             if exc.status == 404:
                 return {}, None
             raise ro.RolloutError("cannot read Lease %s/%s: %s" % (self.lease_namespace, self.lease_name,
                                                                    client.api_message(exc)))
-        body = self.kube.to_json(lease)
         return ro.parse_slots((body.get("metadata") or {}).get("annotations")), body
 
     @staticmethod
@@ -162,13 +201,15 @@ class UpgradeApi(object):
             if lease is None:
                 self.coordination.create_namespaced_lease(self.lease_namespace, {
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.lease_name, "annotations": annotations}, "spec": spec})
+                    "metadata": {"name": self.lease_name, "annotations": annotations}, "spec": spec},
+                    _preload_content=False)
                 return
             body = dict(lease)
             merged = dict(lease["metadata"].get("annotations") or {}, **annotations)
             body["metadata"] = dict(lease["metadata"], annotations=merged)
             body["spec"] = dict(lease.get("spec") or {}, **spec)
-            self.coordination.replace_namespaced_lease(self.lease_name, self.lease_namespace, body)
+            self.coordination.replace_namespaced_lease(self.lease_name, self.lease_namespace, body,
+                                                       _preload_content=False)
         except client.ApiException as exc:
             if exc.status == 409:
                 raise Conflict(client.api_message(exc))
@@ -193,19 +234,35 @@ class UpgradeApi(object):
                 return table
             except Conflict:
                 attempt += 1
-                # Writers that lost together would collide again at once: each waits a random, growing while.
-                time.sleep(random.uniform(0, min(1.0, 0.05 * attempt)))
+                contention_pause(attempt)
 
     def release_slot(self, node, holder):
         """Give this controller's slot of the node back; False when it held none."""
         return self.update_slots(lambda slots: ro.release(node, slots, holder)) is not None
 
     def set_state(self, node, state, holder, target=None):
-        """move_state(), then the node's slot renewed when a quarter of its ttl has passed (one Lease read)."""
-        current, changed = self.move_state(node, state, target=target)
-        if changed:
-            self.update_slots(lambda slots: ro.renew(node, slots, holder, time.time(), only_when_due=True))
+        """move_state(), and the node's slot renewed when due (ro.renewal_due). The start (upgrade-required) records
+        on the node when the slot was taken and its ttl, read from the Lease; each later step tells from the node it
+        has just written whether the Lease needs a renewal, so most steps are one request."""
+        stamp = None
+        if state == ro.REQUIRED:
+            slots, _lease = self.read_slots()
+            stamp = ro.slot_stamp(slots.get(node) if (slots.get(node) or {}).get("holder") == holder else None)
+        current, changed, written = self._move(
+            node, state, target=target, annotations={ro.SLOT_RENEWED_ANNOTATION: stamp} if stamp else None)
+        now = time.time()
+        if changed and not stamp and ro.renewal_due((written.get("metadata") or {}).get("annotations"), now):
+            table = self.update_slots(lambda slots: ro.renew(node, slots, holder, now))
+            stamp = ro.slot_stamp((table or {}).get(node))
+            if stamp:
+                self._annotate(node, {ro.SLOT_RENEWED_ANNOTATION: stamp})
         return current, changed
+
+    def _annotate(self, name, annotations):
+        try:
+            self.core.patch_node(name, {"metadata": {"annotations": annotations}}, _preload_content=False)
+        except client.ApiException as exc:
+            raise ro.RolloutError("cannot annotate node %s: %s" % (name, client.api_message(exc)))
 
     # --- taking a slot ---
 
@@ -226,6 +283,7 @@ class UpgradeApi(object):
                                            or self._holders(request, slots) == known["holders"]):
                 return outcome, known
         known = {"views": self.gpu_nodes(request["selector"]), "holders": self._holders(request, slots)}
+        lost = 0
         while True:
             outcome = self._slot_decision(request, known["views"], slots, lease)
             if not outcome["granted"] or not write:
@@ -234,6 +292,8 @@ class UpgradeApi(object):
                 self.write_slots(outcome["slots"], lease)
                 return dict(outcome, slots=None), known
             except Conflict:
+                lost += 1
+                contention_pause(lost)
                 slots, lease = self.read_slots()
 
     def _slot_decision(self, request, views, slots, lease, gpu_count=None):

@@ -42,6 +42,10 @@ SLOTS_ANNOTATION = "gpunode.nvidia/upgrade-slots"
 # On the Node: the versions its upgrade moves it to, written with upgrade-required; with upgrade-done it says
 # the node reached them, so no controller enters the same upgrade again.
 TARGET_ANNOTATION = "gpunode.nvidia/upgrade-target"
+# On the Node, beside its state: when its slot was last renewed and the slot's ttl ({"renewed": t, "ttl": s}), so
+# that a state change tells from the node it has just written whether the slot is due for renewal, without
+# reading the Lease.
+SLOT_RENEWED_ANNOTATION = "gpunode.nvidia/upgrade-slot-renewed"
 # On the rollout's Lease: while present, no node starts (nodes in progress finish); its value says why.
 PAUSE_ANNOTATION = "gpunode.nvidia/upgrade-paused"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -354,6 +358,15 @@ def steps_from(start, job_selector=None, drain=False):
     return steps
 
 
+def expected_previous(state):
+    """The state a node is in just before STATE on the default walk (no job selector, no drain), None for the start
+    and for upgrade-failed: what a label write may assume, and check, without reading the node first."""
+    if state not in IN_PROGRESS + (DONE,):
+        return None
+    walk = steps_from(REQUIRED)
+    return [step for step in walk if STATES.index(step) < STATES.index(state)][-1]
+
+
 def check_transition(current, new, done_same_target=False):
     """Refuse the transitions the state machine does not have: a failed node jumping to done, a step back, a
     node at rest (no state, or done) entering mid-way (every upgrade begins at upgrade-required), and a node
@@ -464,20 +477,33 @@ def release(candidate, slots, holder):
     return table
 
 
-def renew(candidate, slots, holder, now, only_when_due=False):
-    """The table with this controller's slot renewed (None when it holds none for the node).
-
-    only_when_due: None as well while the slot is younger than a quarter of the ttl it was taken with, so that a
-    state change (each renews) writes the shared Lease a few times an hour rather than at every step. A slot
-    without its ttl (taken by an older release) is always due."""
+def renew(candidate, slots, holder, now):
+    """The table with this controller's slot renewed (None when it holds none for the node)."""
     slot = slots.get(candidate)
     if not slot or slot.get("holder") != holder:
-        return None
-    if only_when_due and slot.get("ttl") and now - float(slot.get("renewed", 0)) < float(slot["ttl"]) / 4:
         return None
     table = dict(slots)
     table[candidate] = dict(slot, renewed=round(now, 3))
     return table
+
+
+def slot_stamp(slot):
+    """The SLOT_RENEWED_ANNOTATION value for a slot of the table (None for a slot without its ttl: an older
+    release took it, and it is renewed at every state change as then)."""
+    if not slot or not slot.get("ttl"):
+        return None
+    return json.dumps({"renewed": slot.get("renewed", 0), "ttl": slot["ttl"]}, sort_keys=True, separators=(",", ":"))
+
+
+def renewal_due(annotations, now):
+    """Whether a state change renews the node's slot: a quarter of the slot's ttl has passed since the renewal the
+    node records (SLOT_RENEWED_ANNOTATION), or the node records none. So a node writes the shared Lease a few times
+    an hour, not at every step, and its slot stays live for three quarters of a ttl after its last renewal."""
+    try:
+        stamp = json.loads((annotations or {}).get(SLOT_RENEWED_ANNOTATION) or "")
+        return now - float(stamp["renewed"]) >= float(stamp["ttl"]) / 4
+    except (ValueError, TypeError, KeyError):
+        return True
 
 
 # --- the plan check mode prints -------------------------------------------------------------------------

@@ -128,28 +128,54 @@ def test_a_failed_node_found_on_the_next_list_halts_the_wait(monkeypatch):
 
 
 class Renewing(Fleet):
-    """The node calls of a state change, on the fleet's Lease."""
+    """The node writes of a state change, on the fleet's Lease: what set_state asks _move to write on the node."""
 
-    def move_state(self, name, state, dry_run=False, target=None):
-        return "cordon-required", True
+    def __init__(self, slots):
+        super(Renewing, self).__init__([node("a")], slots)
+        self.annotations = {}
+        self.annotate_calls = 0
+
+    def _move(self, name, state, dry_run=False, target=None, annotations=None):
+        self.annotations.update(annotations or {})
+        return "before", True, {"metadata": {"name": name, "annotations": dict(self.annotations)}}
+
+    def _annotate(self, name, annotations):
+        self.annotate_calls += 1
+        self.annotations.update(annotations)
 
 
 def test_a_state_change_renews_the_slot_only_when_a_quarter_of_its_ttl_passed(monkeypatch):
-    fleet = Renewing([node("a")], {"a": {"holder": "me", "renewed": 1000.0, "ttl": 3600}})
+    """The start records the slot's renewal and ttl on the node (one Lease read); the steps after it read nothing
+    more while the node's record is younger than ttl / 4, then renew the Lease and the record."""
+    fleet = Renewing({"a": {"holder": "me", "renewed": 1000.0, "ttl": 3600}})
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 1000.0)
+    fleet.set_state("a", ro.REQUIRED, "me")
+    assert fleet.annotations == {ro.SLOT_RENEWED_ANNOTATION: '{"renewed":1000.0,"ttl":3600}'}
+    assert fleet.calls["read lease"] == 1 and fleet.calls["write lease"] == 0
     monkeypatch.setattr(upgrade_api.time, "time", lambda: 1000.0 + 899)
-    fleet.set_state("a", "wait-for-jobs-required", "me")
-    assert fleet.calls["write lease"] == 0 and fleet.calls["read lease"] == 1
-    monkeypatch.setattr(upgrade_api.time, "time", lambda: 1000.0 + 901)
+    fleet.set_state("a", "cordon-required", "me")
     fleet.set_state("a", "pod-deletion-required", "me")
-    assert fleet.calls["write lease"] == 1 and fleet.slots["a"] == {"holder": "me", "renewed": 1901.0, "ttl": 3600}
+    assert fleet.calls["read lease"] == 1 and fleet.calls["write lease"] == 0 and fleet.annotate_calls == 0
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 1000.0 + 900)
+    fleet.set_state("a", "pod-restart-required", "me")
+    assert fleet.calls["write lease"] == 1 and fleet.slots["a"] == {"holder": "me", "renewed": 1900.0, "ttl": 3600}
+    assert fleet.annotations == {ro.SLOT_RENEWED_ANNOTATION: '{"renewed":1900.0,"ttl":3600}'}
 
 
 def test_a_slot_taken_without_its_ttl_is_renewed_at_every_state_change(monkeypatch):
-    """A slot an older release took (no ttl recorded): renewed as before."""
+    """A slot an older release took (no ttl recorded, so nothing recorded on the node): renewed as before."""
     monkeypatch.setattr(upgrade_api.time, "time", lambda: 1001.0)
-    fleet = Renewing([node("a")], {"a": {"holder": "me", "renewed": 1000.0}})
-    fleet.set_state("a", "wait-for-jobs-required", "me")
-    assert fleet.calls["write lease"] == 1 and fleet.slots["a"]["renewed"] == 1001.0
+    fleet = Renewing({"a": {"holder": "me", "renewed": 1000.0}})
+    fleet.set_state("a", ro.REQUIRED, "me")
+    fleet.set_state("a", "cordon-required", "me")
+    assert fleet.calls["write lease"] == 2 and fleet.slots["a"]["renewed"] == 1001.0 and fleet.annotations == {}
+
+
+def test_a_state_change_of_a_node_whose_slot_is_gone_writes_no_slot(monkeypatch):
+    monkeypatch.setattr(upgrade_api.time, "time", lambda: 5000.0)
+    fleet = Renewing({"a": {"holder": "other", "renewed": 1000.0, "ttl": 3600}})
+    fleet.set_state("a", "cordon-required", "me")
+    assert fleet.calls["write lease"] == 0 and fleet.slots["a"]["holder"] == "other" and fleet.annotations == {}
 
 
 def test_a_granted_slot_records_its_ttl():
