@@ -199,17 +199,15 @@ class UpgradeApi(object):
         spec = {"holderIdentity": "gpunode.nvidia upgrade", "renewTime": _micro_time()}
         try:
             if lease is None:
-                self.coordination.create_namespaced_lease(self.lease_namespace, {
+                client.answer(self.coordination.create_namespaced_lease, self.lease_namespace, {
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.lease_name, "annotations": annotations}, "spec": spec},
-                    _preload_content=False)
+                    "metadata": {"name": self.lease_name, "annotations": annotations}, "spec": spec})
                 return
             body = dict(lease)
             merged = dict(lease["metadata"].get("annotations") or {}, **annotations)
             body["metadata"] = dict(lease["metadata"], annotations=merged)
             body["spec"] = dict(lease.get("spec") or {}, **spec)
-            self.coordination.replace_namespaced_lease(self.lease_name, self.lease_namespace, body,
-                                                       _preload_content=False)
+            client.answer(self.coordination.replace_namespaced_lease, self.lease_name, self.lease_namespace, body)
         except client.ApiException as exc:
             if exc.status == 409:
                 raise Conflict(client.api_message(exc))
@@ -260,7 +258,7 @@ class UpgradeApi(object):
 
     def _annotate(self, name, annotations):
         try:
-            self.core.patch_node(name, {"metadata": {"annotations": annotations}}, _preload_content=False)
+            client.answer(self.core.patch_node, name, {"metadata": {"annotations": annotations}})
         except client.ApiException as exc:
             raise ro.RolloutError("cannot annotate node %s: %s" % (name, client.api_message(exc)))
 
@@ -270,19 +268,23 @@ class UpgradeApi(object):
         """(outcome, known): one decision on the Lease as it is now, written when granted (and `write`).
 
         request: {node, holder, max_parallel, max_unavailable, selector, ttl}. known: what an earlier attempt
-        listed (the GPU nodes, and the slots held then). The GPU nodes are listed again only when they may have
-        changed in a way that matters: the Lease alone (max_parallel, the slots' own count, the pause, another
-        controller's slot) does not refuse the node, and the slots held differ from those of the listing (a node
-        finished, and was uncordoned before it gave its slot back). So a waiting node's look is one Lease read, and
-        no slot is written on the strength of an old list. A lost race (409) reads the Lease again and decides again,
-        on the same list, on what the other controller wrote."""
-        slots, lease = self.read_slots()
+        listed (the GPU nodes, and the slots held then). The GPU nodes are listed (then the Lease read again) only
+        when they may have changed in a way that matters: the Lease alone (max_parallel, the slots' own count, the
+        pause, another controller's slot) does not refuse the node, and the slots held differ from those of the
+        listing (a node finished, and was uncordoned before it gave its slot back). So a waiting node's look is one
+        Lease read, and no slot is written on the strength of an old list. A lost race (409) reads the Lease again
+        and decides again, on the same list, on what the other controller wrote."""
         if known is not None:
+            slots, lease = self.read_slots()
             outcome = self._slot_decision(request, known["views"], slots, lease)
             if not outcome["granted"] and (self._refused_by_lease(request, len(known["views"]), slots, lease)
                                            or self._holders(request, slots) == known["holders"]):
                 return outcome, known
-        known = {"views": self.gpu_nodes(request["selector"]), "holders": self._holders(request, slots)}
+        # The nodes first, then the Lease the write is decided on: listing takes long, and a Lease read before it
+        # would be stale by then (a lost race, almost surely, when many nodes start together).
+        views = self.gpu_nodes(request["selector"])
+        slots, lease = self.read_slots()
+        known = {"views": views, "holders": self._holders(request, slots)}
         lost = 0
         while True:
             outcome = self._slot_decision(request, known["views"], slots, lease)
