@@ -137,9 +137,12 @@ class UpgradeApi(object):
             ro.check_transition(current, state, target is not None and ro.done_for(view, target))
             if current == state:
                 return None, current
-            patch = {"metadata": {"labels": {ro.STATE_LABEL: state}, "annotations": dict(annotations or {})}}
+            patch = {"metadata": {"labels": {ro.STATE_LABEL: state}}}
+            written = dict(annotations or {})
             if state == ro.REQUIRED and target is not None:
-                patch["metadata"]["annotations"][ro.TARGET_ANNOTATION] = ro.target_key(target)
+                written[ro.TARGET_ANNOTATION] = ro.target_key(target)
+            if written:
+                patch["metadata"]["annotations"] = written
             return patch, current
 
         def write(patch):

@@ -1,10 +1,21 @@
-"""UpgradeApi.wait_for_slot and set_state: what a waiting node and a state change cost the API, on a fake clock.
+"""UpgradeApi.wait_for_slot and set_state: what a waiting node and a state change cost the API, on a fake clock (and
+one node's walk through the real client against the Kubernetes API stand-in).
 
 A waiting node looks at the Lease (one read) with growing, jittered pauses, lists the GPU nodes only when the Lease
 may leave it room (or every RELIST_LOOKS looks), and never writes a slot on the strength of an old node list; a
 state change renews the slot only when a quarter of its ttl has passed."""
+import os
+import sys
+
+from unit_paths import REPO
+
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import client
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_rollout as ro
+
+sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
+
+from kube_api_standin import KubeApiStandin, Node, requests_by_kind  # noqa: E402
 
 
 def node(name, unschedulable=False, state=None):
@@ -182,3 +193,27 @@ def test_a_granted_slot_records_its_ttl():
     views = [ro.node_view(node("a"))]
     outcome = ro.acquire("a", views, {}, "me", 1, 1, 50.0, 600, lambda _holder: None)
     assert outcome["slots"]["a"] == {"holder": "me", "renewed": 50.0, "ttl": 600}
+
+
+def test_one_node_through_the_real_client_costs_one_request_per_step(tmp_path):
+    """Against the Kubernetes API stand-in (named as such: no kube-apiserver here), through the kubernetes client:
+    the slot, the seven labels of the default walk and the release. Each step after the start is one JSON patch;
+    the Lease is read at the slot, at the start and at the release, and written twice."""
+    with KubeApiStandin([Node("gpu-1"), Node("gpu-2")]) as standin:
+        api = upgrade_api.UpgradeApi(client.connect(standin.write_kubeconfig(str(tmp_path / "kubeconfig"))))
+        request = dict(node="gpu-1", holder="me", max_parallel=1, max_unavailable=1,
+                       selector="nvidia.com/gpu.present=true", ttl=3600)
+        outcome, _waited = api.wait_for_slot(request, timeout=0, poll_interval=1)
+        assert outcome["granted"]
+        for state in ro.steps_from(ro.REQUIRED):
+            assert api.set_state("gpu-1", state, "me", target={"driver": "580.95.05"})[1]
+        assert api.release_slot("gpu-1", "me")
+        node = standin.node("gpu-1")
+        requests = requests_by_kind(standin.requests)
+    assert node["metadata"]["labels"][ro.STATE_LABEL] == ro.DONE
+    assert ro.SLOT_RENEWED_ANNOTATION in node["metadata"]["annotations"]
+    # the slot: list, Lease read, Lease created; the start: Lease read, node read and patched; six one-patch steps;
+    # the release: Lease read and written
+    assert requests == {"LIST nodes": 1, "GET leases": 3, "POST leases": 1, "GET nodes": 1, "PATCH nodes": 7,
+                        "PUT leases": 1}
+    assert standin.conflicts == 0
