@@ -30,8 +30,9 @@ notes:
   - O(op=plan) adds, for check mode, the lines of the plan and the PodDisruptionBudgets that allow no
     disruption now for the node's GPU pods.
   - O(op=set) writes O(state) (before the step it names, so that a killed run resumes there) and renews the
-    node's slot once a quarter of the slot's ttl has passed since it was taken or last renewed. Going back is refused except to C(upgrade-required) (a retry) or to C(upgrade-failed); a
-    failed node never moves to C(upgrade-done) directly.
+    node's slot once a quarter of the slot's ttl has passed since it was taken or last renewed. Going back is
+    refused except to C(upgrade-required) (a retry) or to C(upgrade-failed); a failed node never moves to
+    C(upgrade-done) directly.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:

@@ -63,13 +63,13 @@ def playbook_figures():
     alone = timed_rollout(1, 1)
     print("one node alone: %.1f s (stand-in install %.1f s of it), %.0f API requests"
           % (alone["wall"], NODE_SECONDS, alone["requests"]))
-    print("%-16s %10s %10s %8s %6s %13s %6s" % ("max_unavailable", "wall s", "ideal s", "ratio", "peak",
-                                              "requests/node", "409s"))
+    row = "%-16s %10s %10s %8s %6s %13s %6s"
+    print(row % ("max_unavailable", "wall s", "ideal s", "ratio", "peak", "requests/node", "409s"))
     for limit in LIMITS:
         run = timed_rollout(8, limit)
         ideal = alone["wall"] * 8 / limit
-        print("%-16d %10.1f %10.1f %8.2f %6d %13.1f %6d" % (limit, run["wall"], ideal, run["wall"] / ideal, run["peak"],
-                                                         run["requests"], run["conflicts"]))
+        print(row % (limit, "%.1f" % run["wall"], "%.1f" % ideal, "%.2f" % (run["wall"] / ideal), run["peak"],
+                     "%.1f" % run["requests"], run["conflicts"]))
 
 
 def simulated_node(api, name, holder, errors):

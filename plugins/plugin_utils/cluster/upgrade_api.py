@@ -170,8 +170,8 @@ class UpgradeApi(object):
             return None
         path = "/metadata/labels/" + ro.STATE_LABEL.replace("~", "~0").replace("/", "~1")
         try:
-            return client.answer(self.core.patch_node, name, [{"op": "test", "path": path, "value": previous},
-                                                              {"op": "replace", "path": path, "value": state}])
+            return client.answer(self.core.patch_node, name, [
+                {"op": "test", "path": path, "value": previous}, {"op": "replace", "path": path, "value": state}])
         except client.ApiException as exc:
             if exc.status in (400, 404, 409, 422):  # the test failed (422); the read path explains the rest
                 return None
