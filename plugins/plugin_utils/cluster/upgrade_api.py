@@ -175,8 +175,7 @@ class UpgradeApi(object):
         except client.ApiException as exc:
             if exc.status in (400, 404, 409, 422):  # the test failed (422); the read path explains the rest
                 return None
-            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state,
-                                                                     client.api_message(exc)))
+            raise ro.RolloutError("cannot label node %s %s=%s: %s" % (name, ro.STATE_LABEL, state, client.api_message(exc)))
 
     # --- the slot Lease ---
 
