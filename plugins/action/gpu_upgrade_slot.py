@@ -59,7 +59,7 @@ class ActionModule(ValidatedAction):
         request = dict(node=args["node"], holder=holder, max_parallel=args["max_parallel"],
                        max_unavailable=args["max_unavailable"], selector=args["gpu_node_selector"], ttl=args["ttl"])
         if self._task.check_mode:
-            outcome, _views = api.slot_attempt(request, write=False)
+            outcome, _known = api.slot_attempt(request, write=False)
             if outcome["granted"] or outcome["halted"] or outcome["held_elsewhere"]:
                 return dict(outcome, changed=False, waited_s=0, msg=outcome["reason"])
             return dict(outcome, changed=False, waited_s=0, msg="would wait: %s" % outcome["reason"])

@@ -11,7 +11,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-
 from ansible_collections.gpunode.nvidia.plugins.module_utils.install import security_minimums as sm
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster import upgrade_api
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.cluster.client import TransportError
