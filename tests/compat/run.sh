@@ -34,7 +34,14 @@ case "$core" in
 esac
 # The test tools at the project venv's pins.
 tools=$(grep -E '^(pytest|tomlkit|kubernetes|hypothesis)==' requirements-dev.txt | tr '\n' ' ')
-venv=$repo/.cache/core-$core${GPUNODE_CONTROLLER_CONTAINER:+-container}-venv
+# One venv per core, kept outside the checkout (GPUNODE_VENV_CACHE, default ~/.cache/gpunode-nvidia) so that every
+# checkout on the machine (a CI run's fresh clone too) reuses it while its pins hold; the controller container's
+# venvs stay in .cache, the one path it has mounted.
+if [ -n "${GPUNODE_CONTROLLER_CONTAINER:-}" ]; then
+  venv=$repo/.cache/core-$core-container-venv
+else
+  venv=${GPUNODE_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpunode-nvidia}/core-$core-venv
+fi
 
 # The interpreter of a Python X.Y that can create a venv, or nothing.
 python_of() {
@@ -76,6 +83,10 @@ if [ -z "$python" ]; then
 fi
 
 pins="ansible-core==$release $tools($python $("$python" -V 2>&1))"
+mkdir -p "$(dirname "$venv")"
+# Two checkouts may want the same venv at once: one builds it, the other waits.
+exec 9>"$venv.lock"
+flock 9
 if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
   rm -rf "$venv"
   "$python" -m venv "$venv"
@@ -84,6 +95,7 @@ if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
     tail -20 "$venv.pip.log"; echo "installing ansible-core $release failed (log: $venv.pip.log)"; exit 1; }
   echo "$pins" > "$venv/.pins"
 fi
+flock -u 9
 
 # The tests read results through the `json` stdout callback, which ansible-core 2.16 routes to ansible.posix:
 # the collection path has it (tests/testbed/bootstrap.sh; its requires_ansible is >=2.15).
