@@ -26,6 +26,9 @@ def known():
     ("nvidia_driver_brnch", "nvidia_driver_branch"),
     ("gpunode_kubconfig", "gpunode_kubeconfig"),
     ("gpu_partitioning_mig_layot", "gpu_partitioning_mig_layout"),
+    # Role gpu_upgrade's settings keep the gpunode_upgrade_ names; its own prefix is one a user may try.
+    ("gpunode_upgrade_max_unavailble", "gpunode_upgrade_max_unavailable"),
+    ("gpu_upgrade_driver", "gpunode_upgrade_driver"),
     ("node_services_zzzzzz", None),
 ])
 def test_a_name_nothing_reads_is_named_with_the_closest_documented_one(known, name, closest):
@@ -71,6 +74,14 @@ def run_site(tmp_path, **extra):
                            os.path.join(REPO, "playbooks", "site.yml"), "-e", json.dumps(variables_json)],
                           cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=300, check=False)
+
+
+def test_an_upgrade_setting_of_the_wrong_type_or_choice_is_refused_by_role_gpu_upgrade_spec(known):
+    assert variables.refused_values({"gpunode_upgrade_max_parallel": "two", "gpunode_upgrade_target": "minimun",
+                                     "gpunode_upgrade_max_unavailable": "25%", "gpunode_upgrade_poll_interval": 0.2},
+                                    known) == [
+        "argument 'gpunode_upgrade_max_parallel' is of type str and we were unable to convert to int: \"'two'\" "
+        "cannot be converted to an int", "value of gpunode_upgrade_target must be one of: , minimum, got: minimun"]
 
 
 def test_site_warns_once_about_a_misspelt_variable_and_refuses_a_bad_value_before_any_stage(tmp_path):
