@@ -22,7 +22,7 @@ description:
     host with one line per variable naming the variable, the value and what it takes, before any stage ran.
 notes:
   - Runs on the controller itself (an action plugin), with no module run and no connection to the node.
-  - C(site.yml) and C(bake.yml) run it as their first task on each node, C(upgrade.yml) (role C(gpu_upgrade)) before it decides anything.
+  - C(site.yml) and C(bake.yml) run it as their first task on each node.
 author:
   - gpunode.nvidia contributors (!UNKNOWN)
 options:
