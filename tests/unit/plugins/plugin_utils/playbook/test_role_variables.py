@@ -77,11 +77,14 @@ def run_site(tmp_path, **extra):
 
 
 def test_an_upgrade_setting_of_the_wrong_type_or_choice_is_refused_by_role_gpu_upgrade_spec(known):
-    assert variables.refused_values({"gpunode_upgrade_max_parallel": "two", "gpunode_upgrade_target": "minimun",
+    refused = variables.refused_values({"gpunode_upgrade_max_parallel": "two", "gpunode_upgrade_target": "minimun",
                                      "gpunode_upgrade_max_unavailable": "25%", "gpunode_upgrade_poll_interval": 0.2},
-                                    known) == [
-        "argument 'gpunode_upgrade_max_parallel' is of type str and we were unable to convert to int: \"'two'\" "
-        "cannot be converted to an int", "value of gpunode_upgrade_target must be one of: , minimum, got: minimun"]
+                                    known)
+    # ansible-core's own words for a type it cannot convert differ between releases (2.16: "of type <class 'str'>").
+    assert len(refused) == 2, refused
+    assert refused[0].startswith("argument 'gpunode_upgrade_max_parallel' is of type ") and (
+        "unable to convert to int" in refused[0]), refused
+    assert refused[1] == "value of gpunode_upgrade_target must be one of: , minimum, got: minimun"
 
 
 def test_site_warns_once_about_a_misspelt_variable_and_refuses_a_bad_value_before_any_stage(tmp_path):
