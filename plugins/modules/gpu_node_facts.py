@@ -36,6 +36,49 @@ options:
     elements: str
     choices: [all, gpus, driver, toolkit, glibc, runtimes, kubelet, target]
     default: [all]
+  recall:
+    description:
+      - Also recall the node's recorded GPU workload proof in this call, as M(gpunode.nvidia.gpu_workload_check)
+        does with its O(gpunode.nvidia.gpu_workload_check#module:recall) and these options, from the same
+        reading of the node, and return it as RV(proof_recall). C(site.yml)'s discovery does, for the verify
+        stage of a node where nothing in the proof's key changes later in the run; one module call fewer.
+      - The recall never fails the task, whose facts the other stages need. What would fail
+        M(gpunode.nvidia.gpu_workload_check)'s recall (no GPU while O(recall.require_gpu) is set, no runtime to
+        check) is a proof that does not hold, with the message as its RV(proof_recall.proof_reason); the
+        verify stage then runs the workload, and fails there with that message.
+      - Only on the live node (O(root=/)).
+    type: dict
+    suboptions:
+      engine:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:engine).
+        type: str
+        choices: [auto, containerd, crio, docker]
+        default: auto
+      socket:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:socket).
+        type: str
+      config_path:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:config_path).
+        type: path
+      runtime_handler:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:runtime_handler).
+        type: str
+        default: nvidia
+      image:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:image).
+        type: str
+        default: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+      require_gpu:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:require_gpu).
+        type: bool
+        default: false
+      node_name:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:node_name).
+        type: str
+      record_path:
+        description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:record_path).
+        type: str
+        default: ""
 notes:
   - Asks kubelet which container runtime it uses (its running command line, its flag files, its
     C(--config) file) and matches that endpoint against every runtime instance on the node, so that
@@ -256,6 +299,14 @@ ansible_facts:
             C(target) in O(gather). False for an image mounted at O(root), which does not run.
           type: bool
           returned: when O(gather) includes target
+proof_recall:
+  description:
+    - The recall of the recorded proof, as M(gpunode.nvidia.gpu_workload_check) returns it with
+      O(gpunode.nvidia.gpu_workload_check#module:recall) (RV(gpunode.nvidia.gpu_workload_check#module:proof) is
+      V(recorded) when the proof holds, else V(none) with its RV(gpunode.nvidia.gpu_workload_check#module:proof_reason)).
+    - Not a fact; its sections of the node that O(gather) did not ask for are not returned either.
+  returned: when O(recall) is set
+  type: dict
 """
 
 import os
@@ -263,7 +314,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import SECTIONS, gather
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import check
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.target import sections_needed
+
+# What the target section adds beside its own key.
+TARGET_EXTRAS = ("target_reason", "systemd")
 
 
 def main():
@@ -271,17 +328,36 @@ def main():
         argument_spec=dict(
             root=dict(type="path", default="/"),
             gather=dict(type="list", elements="str", default=["all"], choices=["all"] + list(SECTIONS)),
+            recall=dict(type="dict", options=check.RECALL_ARGUMENT_SPEC),
         ),
         supports_check_mode=True,
     )
     root = module.params["root"]
+    recall = module.params["recall"]
     if not os.path.isdir(root):
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
+    if recall is not None and root != "/":
+        module.fail_json(msg="recall reads the live node's runtime and proof record: leave root at / to use it")
     sections = SECTIONS if "all" in module.params["gather"] else module.params["gather"]
     started = time.time()
-    facts = gather(root, sections)
-    facts["elapsed_s"] = round(time.time() - started, 3)
-    module.exit_json(changed=False, ansible_facts={"gpu_node": facts})
+    read = set(sections)
+    if recall is not None:
+        read.update(sections_needed(recall["engine"], recall["socket"], recall["config_path"]))
+    facts = gather(root, read)
+    elapsed_s = round(time.time() - started, 3)
+    result = {}
+    if recall is not None:
+        result["proof_recall"] = mask_data(check.recall_outcome(recall, facts, started))
+    facts = dict(only_sections(facts, sections), elapsed_s=elapsed_s)
+    module.exit_json(changed=False, ansible_facts={"gpu_node": facts}, **result)
+
+
+def only_sections(facts, sections):
+    """FACTS without the sections read only for the recall: the facts are what `gather` asked for."""
+    dropped = set(SECTIONS) - set(sections)
+    if "target" in dropped:
+        dropped.update(TARGET_EXTRAS)
+    return dict((key, value) for key, value in facts.items() if key not in dropped)
 
 
 if __name__ == "__main__":

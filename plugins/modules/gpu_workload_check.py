@@ -299,8 +299,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking imp
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import gather
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import check
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import CheckFailed
-from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.runner import DEFAULT_IMAGE
-from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.target import ENGINES, sections_needed
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.target import sections_needed
 
 
 def run(module):
@@ -327,18 +326,11 @@ def run(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            engine=dict(type="str", default="auto", choices=["auto"] + list(ENGINES)),
-            socket=dict(type="str"),
-            config_path=dict(type="path"),
-            runtime_handler=dict(type="str", default="nvidia"),
-            image=dict(type="str", default=DEFAULT_IMAGE),
+            check.RECALL_ARGUMENT_SPEC,
             pull_policy=dict(type="str", default="if_not_present", choices=["always", "if_not_present", "never"]),
             image_tarball=dict(type="path"),
             timeout=dict(type="int", default=300),
             pull_timeout=dict(type="int", default=600),
-            require_gpu=dict(type="bool", default=False),
-            node_name=dict(type="str"),
-            record_path=dict(type="str", default=""),
             recall=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

@@ -21,10 +21,23 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import file
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import proof
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import runner as wl
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import target as runtime_target
+from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.target import ENGINES
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.judge import (
     CheckFailed, judge_into, step_failed, with_explanation)
 
 CRI_CALL_TIMEOUT = 60
+
+# What a recall of the recorded proof reads: gpu_workload_check's options, and gpu_node_facts' `recall`.
+RECALL_ARGUMENT_SPEC = dict(
+    engine=dict(type="str", default="auto", choices=["auto"] + list(ENGINES)),
+    socket=dict(type="str"),
+    config_path=dict(type="path"),
+    runtime_handler=dict(type="str", default="nvidia"),
+    image=dict(type="str", default=wl.DEFAULT_IMAGE),
+    require_gpu=dict(type="bool", default=False),
+    node_name=dict(type="str"),
+    record_path=dict(type="str", default=""),
+)
 
 
 def check(params, check_mode, facts, started):
@@ -48,6 +61,16 @@ def check(params, check_mode, facts, started):
         raise CheckFailed(with_explanation(exc.msg, result["explanation"]), result)
     result["duration_s"] = round(time.time() - started, 3)
     return result
+
+
+def recall_outcome(params, facts, started):
+    """The recall's result, for a caller that reports it instead of failing on it: a recall that would fail
+    (no GPU under require_gpu, no runtime to check) is a proof that does not hold, its failure the reason, so
+    that the fresh check run next fails with the same message in a task of its own."""
+    try:
+        return check(dict(params, recall=True), False, facts, started)
+    except CheckFailed as exc:
+        return dict(exc.result, proof="none", verdict="not-run", proof_reason=exc.msg)
 
 
 def base_result(params, facts):

@@ -658,3 +658,39 @@ def test_rpm_header_strings_read_and_a_damaged_header_is_no_crash():
     assert node_reader.rpm_header_strings(rpm_blob([(1000, 6, 0)], data, count=2 ** 20), (1000,)) == {}
     assert node_reader.rpm_header_strings(rpm_blob([(1000, 6, 0), (1001, 6, 25)], data[:-1]), (1000, 1001)) == {
         1000: "nvidia-container-toolkit"}
+
+
+def test_module_recalls_the_proof_in_the_same_call_and_returns_only_the_sections_asked(tmp_path, capsys, monkeypatch):
+    """site.yml's discovery: the recall reads driver and toolkit too, the facts stay the sections of `gather`."""
+    node_trees.build("i2-snap-and-distro", tmp_path)
+    live = discovery.gather(str(tmp_path))
+    read = []
+    monkeypatch.setattr(gpu_node_facts, "gather", lambda root, sections: read.append(set(sections)) or dict(live))
+    seen = {}
+    monkeypatch.setattr(gpu_node_facts.check, "recall_outcome",
+                        lambda options, facts, started: seen.update(options=options, facts=facts) or {"proof": "none"})
+    run_module({"gather": ["gpus", "runtimes", "kubelet", "target"], "_ansible_check_mode": True,
+                "recall": {"record_path": "/var/lib/gpunode/last-proof.json", "socket": ""}})
+    result = json.loads(capsys.readouterr().out)
+    assert read == [{"gpus", "driver", "toolkit", "runtimes", "kubelet", "target"}]
+    assert result["proof_recall"] == {"proof": "none"} and result["changed"] is False
+    assert (seen["options"]["engine"], seen["options"]["runtime_handler"], seen["options"]["require_gpu"]) == (
+        "auto", "nvidia", False)
+    assert seen["facts"]["driver"] == live["driver"] and seen["facts"]["toolkit"] == live["toolkit"]
+    facts = result["ansible_facts"]["gpu_node"]
+    assert set(facts) == {"root", "gpus", "runtimes", "kubelet", "target", "target_reason", "systemd", "elapsed_s"}
+    assert facts["target"] == json.loads(json.dumps(live["target"]))
+
+
+def test_module_without_recall_returns_no_recall(tmp_path, capsys):
+    node_trees.build("i2-snap-and-distro", tmp_path)
+    run_module({"root": str(tmp_path), "gather": ["gpus"]})
+    result = json.loads(capsys.readouterr().out)
+    assert "proof_recall" not in result and set(result["ansible_facts"]["gpu_node"]) == {"root", "gpus", "elapsed_s"}
+
+
+def test_module_recalls_only_on_the_live_node(tmp_path, capsys):
+    run_module({"root": str(tmp_path), "recall": {"record_path": "/p.json"}})
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] and result["msg"] == (
+        "recall reads the live node's runtime and proof record: leave root at / to use it")

@@ -156,6 +156,37 @@ def test_recall_of_a_record_path_that_is_a_directory_says_so(monkeypatch, tmp_pa
     assert result["proof_reason"].startswith("%s: could not read it: it is a directory." % tmp_path)
 
 
+def recall_options(**changes):
+    """gpu_node_facts' `recall` options: RECALL_ARGUMENT_SPEC's, no workload options."""
+    values = dict(engine="auto", socket=None, config_path=None, runtime_handler="nvidia", image="img",
+                  require_gpu=False, node_name="n1", record_path="")
+    values.update(changes)
+    assert set(values) == set(check.RECALL_ARGUMENT_SPEC)
+    return values
+
+
+def test_a_recall_outcome_is_the_recall_of_gpu_workload_check(monkeypatch, tmp_path):
+    answering(monkeypatch)
+    outcome = check.recall_outcome(recall_options(record_path=recorded(tmp_path)), facts(), 0)
+    alone = check.check(params(recall=True, record_path=recorded(tmp_path)), False, facts(), 0)
+    assert (outcome["proof"], outcome["verdict"], outcome["proof_key"]) == ("recorded", "wiring-only", KEY)
+    assert dict(outcome, duration_s=None) == dict(alone, duration_s=None)
+
+
+@pytest.mark.parametrize("options, node_facts, reason", [
+    (recall_options(require_gpu=True), facts(), "no NVIDIA GPU on n1 (sysfs lists none) and require_gpu is set"),
+    (recall_options(), facts(found=None, reason="no container runtime found on this node"),
+     "cannot tell which container runtime to check: no container runtime found on this node; set engine and socket"),
+])
+def test_a_recall_outcome_that_would_fail_is_a_proof_that_does_not_hold(monkeypatch, tmp_path, options, node_facts,
+                                                                        reason):
+    """The discovery's recall never fails its task: the fresh check after it fails with the same message."""
+    answering(monkeypatch)
+    outcome = check.recall_outcome(dict(options, record_path=recorded(tmp_path)), node_facts, 0)
+    assert (outcome["proof"], outcome["verdict"], outcome["passed"]) == ("none", "not-run", False)
+    assert outcome["proof_reason"] == failed_check(params(**dict(options, recall=True)), node_facts).msg == reason
+
+
 def fresh_result():
     return {"verdict": "cuda-verified", "cuda_verified": True, "runtime_wiring_verified": True, "duration_s": 1.0}
 
