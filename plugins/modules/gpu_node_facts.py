@@ -44,7 +44,7 @@ options:
         stage of a node where nothing in the proof's key changes later in the run; one module call fewer.
       - The recall never fails the task, whose facts the other stages need. What would fail
         M(gpunode.nvidia.gpu_workload_check)'s recall (no GPU while O(recall.require_gpu) is set, no runtime to
-        check) is a proof that does not hold, with the message as its RV(proof_recall.proof_reason); the
+        check) is a proof that does not hold, with the message as its C(proof_reason) in RV(proof_recall); the
         verify stage then runs the workload, and fails there with that message.
       - Only on the live node (O(root=/)).
     type: dict

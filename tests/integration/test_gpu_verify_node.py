@@ -140,6 +140,42 @@ def test_a_recorded_proof_is_reported_while_it_holds_and_only_then(node, tmp_pat
     assert len(node.standin_invocations()) == ran
 
 
+def discovery_recall(ctrd, **recall):
+    """site.yml's discovery: gpu_node_facts with the recall of check()'s options, in one module call."""
+    options = dict(engine="containerd", socket=ctrd.socket, config_path=ctrd.config_path,
+                   image=daemons.VECTORADD_IMAGE, node_name="node-under-test")
+    options.update(recall)
+    return run_module("gpunode.nvidia.gpu_node_facts", {"gather": ["gpus"], "recall": options},
+                      path_prepend=[ctrd.dist.bin_dir])
+
+
+def test_the_discovery_recalls_the_proof_as_the_check_does_and_never_fails_for_it(node, tmp_path):
+    """One module call for site.yml's discovery and the recall, with the recall's answer; what would fail the
+    check's recall (no GPU under require_gpu) is a proof that does not hold, with the check's message."""
+    record = str(tmp_path / "last-proof.json")
+    fresh = check(node, record_path=record, image_tarball=node.images["vectoradd"])
+    assert fresh["proof"] == "fresh", fresh.get("msg")
+    ran = len(node.standin_invocations())
+
+    found = discovery_recall(node, record_path=record)
+    assert not found.get("failed") and found["changed"] is False, found.get("msg")
+    alone = check(node, record_path=record, recall=True)
+    recalled = found["proof_recall"]
+    for field in ("proof", "verdict", "passed", "proof_recorded_at", "proof_key", "engine", "socket", "config_path",
+                  "node", "gpu", "runtime_handler", "image"):
+        assert recalled[field] == alone[field], field
+    assert recalled["proof"] == "recorded" and recalled["proof_recorded_at"] == fresh["proof_recorded_at"]
+    assert sorted(found["ansible_facts"]["gpu_node"]) == ["elapsed_s", "gpus", "root"]
+
+    strict = discovery_recall(node, record_path=record, require_gpu=True)
+    refused = check(node, record_path=record, recall=True, require_gpu=True)
+    assert not strict.get("failed") and refused["failed"] is True
+    assert (strict["proof_recall"]["proof"], strict["proof_recall"]["verdict"]) == ("none", "not-run")
+    assert strict["proof_recall"]["proof_reason"] == refused["msg"] == (
+        "no NVIDIA GPU on node-under-test (sysfs lists none) and require_gpu is set")
+    assert len(node.standin_invocations()) == ran  # nothing ran through the runtime
+
+
 def test_without_the_nvidia_handler_the_standin_fails(node):
     """The same image through plain runc: no marker, no pass. A pass above is real evidence."""
     result = check(node, runtime_handler="runc")
