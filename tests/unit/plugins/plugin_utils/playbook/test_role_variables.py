@@ -77,9 +77,9 @@ def run_site(tmp_path, **extra):
 
 
 def test_an_upgrade_setting_of_the_wrong_type_or_choice_is_refused_by_role_gpu_upgrade_spec(known):
-    refused = variables.refused_values({"gpunode_upgrade_max_parallel": "two", "gpunode_upgrade_target": "minimun",
-                                     "gpunode_upgrade_max_unavailable": "25%", "gpunode_upgrade_poll_interval": 0.2},
-                                    known)
+    settings = {"gpunode_upgrade_max_parallel": "two", "gpunode_upgrade_target": "minimun",
+                "gpunode_upgrade_max_unavailable": "25%", "gpunode_upgrade_poll_interval": 0.2}
+    refused = variables.refused_values(settings, known)
     # ansible-core's own words for a type it cannot convert differ between releases (2.16: "of type <class 'str'>").
     assert len(refused) == 2, refused
     assert refused[0].startswith("argument 'gpunode_upgrade_max_parallel' is of type ") and (
