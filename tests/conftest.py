@@ -93,9 +93,12 @@ CONTAINED = ("test_bake_pipeline.py", "test_driver_integrity.py", "test_fabricma
              "test_kernel_guard.py", "test_partitioning_role.py", "test_site_contract.py",
              "test_toolkit_cve_guard.py", "test_upgrade_nodes.py", "test_doctor_html.py",
              "test_gpu_verify_cluster.py", "test_node_maintenance.py", "test_partitioning_cluster.py",
-             "test_doctor_cluster_live.py", "test_recipes.py", "test_awx_runner.py")
+             "test_doctor_cluster_live.py", "test_recipes.py", "test_awx_runner.py",
+             # site.yml with the stages that read this machine off (a node tree, the API stand-in) and the exit rule's
+             # plays, which reach no node
+             "test_site_cluster.py", "test_site_summary.py", "test_playbook_exits.py")
 # Contained files whose tests share no module fixture and take minutes each: every test is a unit of its own.
-PER_TEST = ("test_upgrade_rollout.py", "test_driver_install.py", "test_toolkit_install.py")
+PER_TEST = ("test_upgrade_rollout.py", "test_upgrade_fleet.py", "test_driver_install.py", "test_toolkit_install.py")
 # The units that take minutes, longest first (durations of a parallel run): they start first, in this order,
 # the Molecule scenarios ("molecule") where they stand; every other unit follows in collection order.
 LONGEST = ("host", "test_upgrade_nodes.py", "test_bake_pipeline.py", "test_driver_integrity.py", "molecule",
