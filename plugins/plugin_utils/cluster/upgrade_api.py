@@ -138,11 +138,11 @@ class UpgradeApi(object):
             if current == state:
                 return None, current
             patch = {"metadata": {"labels": {ro.STATE_LABEL: state}}}
-            written = dict(annotations or {})
+            node_annotations = dict(annotations or {})
             if state == ro.REQUIRED and target is not None:
-                written[ro.TARGET_ANNOTATION] = ro.target_key(target)
-            if written:
-                patch["metadata"]["annotations"] = written
+                node_annotations[ro.TARGET_ANNOTATION] = ro.target_key(target)
+            if node_annotations:
+                patch["metadata"]["annotations"] = node_annotations
             return patch, current
 
         def write(patch):
