@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import collections
+import json
 
 from ansible.errors import AnsibleActionFail
 
@@ -30,6 +31,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.editor_cont
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import effective
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import imports as imports_mod
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import plan as planning
+from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import record as records
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import target as targets
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.toml_read import BOM, ConfigError
 
@@ -95,8 +97,13 @@ class ActionModule(ValidatedAction):
             return self._platform_managed(target)
         dump_cmd = [self._containerd_binary(args, target, path), "--config", "%s", "config", "dump"]
         args = dict(args, path=path, containerd_binary=dump_cmd[0])
+        key = records.request_key(args, target)
+        answer = records.recorded_answer(args, key)
+        if answer is not None:
+            return answer
         if self._lock is None:
-            return self._finish(args, target, self._plan(args, task_vars, dump_cmd), task_vars, dump_cmd)
+            plan = self._plan(args, task_vars, dump_cmd)
+            return self._record(args, key, plan, self._finish(args, target, plan, task_vars, dump_cmd), task_vars)
         # First read under the lock, given back in the same call: for a run that changes nothing (and for
         # check mode, which writes nothing) that is all. A change is planned again from a read that keeps it.
         self._lock_mode = "probe"
@@ -108,7 +115,7 @@ class ActionModule(ValidatedAction):
         if writes:
             self._lock_mode = "hold"
             plan = self._plan(args, task_vars, dump_cmd)
-        result = self._finish(args, target, plan, task_vars, dump_cmd)
+        result = self._record(args, key, plan, self._finish(args, target, plan, task_vars, dump_cmd), task_vars)
         if not (result["changed"] and not self._task.check_mode) and not self._give_lock_back(task_vars):
             result.setdefault("warnings", []).append(
                 "The node lock %s could not be given back; give it back with %s (owner %s, state: released)."
@@ -152,6 +159,25 @@ class ActionModule(ValidatedAction):
             self._lock_waited += current.get("lock_waited") or 0.0
             self._lock_taken_over = current.get("lock_taken_over") or self._lock_taken_over
         return current
+
+    def _record(self, args, key, plan, result, task_vars):
+        """RESULT, after the node recorded it when it changed nothing and the discovery reads the record back
+        (not in check mode); a record that cannot be written only means a full run next time."""
+        if result["changed"] or self._task.check_mode or records.recall_of(args) is None:
+            return result
+        proposal = records.proposal(key, mask_data(result), plan, args)
+        try:
+            written = self._execute_module(module_name=NODE_MODULE, task_vars=task_vars, module_args=dict(
+                op="record", path=args["record"], content=json.dumps(proposal, sort_keys=True)))
+        except Exception as exc:  # pylint: disable=broad-except  # the answer stands; only the record is missing
+            written = {"failed": True, "msg": str(exc)}
+        if written.get("failed"):
+            result["record"] = "not written: %s" % mask_text(str(written.get("msg")))
+        elif not written.get("recorded"):
+            result["record"] = "not written: %s" % written.get("record_reason")
+        else:
+            result["record"] = "written" if written.get("changed") else "kept"
+        return result
 
     def _give_lock_back(self, task_vars):
         """Give back the lock this task holds (on a failure too); False when that did not work."""

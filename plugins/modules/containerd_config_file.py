@@ -30,6 +30,12 @@ notes:
   - C(op=write) replaces O(path) atomically (temp file in the same directory, fsync, rename),
     keeping owner, mode and SELinux context, optionally with a backup; it refuses to write when the
     file changed since it was read (O(expected_sha256)).
+  - C(op=record) writes, at O(path), the node's record of a run of M(gpunode.nvidia.containerd_runtime) that
+    found nothing to change. O(content) is the controller's proposal, JSON with C(key), C(result), C(files)
+    (path to SHA-256, null for absent), C(patterns) (C(imports) pattern to the paths it matched) and
+    C(binaries) (paths); the record is written (mode C(0600)) only when every file and pattern is still
+    what the controller read, with the binaries' size and modification time beside them.
+    M(gpunode.nvidia.gpu_node_facts) reads it back (O(gpunode.nvidia.gpu_node_facts#module:runtime_record)).
   - With O(lock), the call takes the node lock first (the lock of M(gpunode.nvidia.node_lock)), so
     that reading a config and planning its change costs no round trip of its own for the lock.
   - Needs only the Python standard library on the node.
@@ -43,10 +49,10 @@ options:
   op:
     description: What to do.
     type: str
-    choices: [read, check, write, remove]
+    choices: [read, check, write, remove, record]
     default: read
   content:
-    description: The candidate text for O(op=check) and O(op=write).
+    description: The candidate text for O(op=check) and O(op=write); the record's proposal for O(op=record).
     type: str
   command:
     description:
@@ -116,8 +122,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: partial
-    details: O(op=read) and O(op=check) change nothing and run in check mode; O(op=write) and O(op=remove)
-      report and skip.
+    details: O(op=read) and O(op=check) change nothing and run in check mode; O(op=write), O(op=remove) and
+      O(op=record) report and skip.
   diff_mode:
     support: none
     details: The calling action plugin builds the diff, with credentials masked.
@@ -184,6 +190,14 @@ backup_file:
   description: The backup made by O(op=write).
   returned: when a backup was made
   type: str
+recorded:
+  description: Whether the record at O(path) now holds the proposal (O(op=record)).
+  returned: op=record
+  type: bool
+record_reason:
+  description: Why the proposal was not recorded (a file changed since the controller read it).
+  returned: op=record, when RV(recorded) is false
+  type: str
 lock_held:
   description: Whether the owner of O(lock) holds the node lock after the call (true with O(keep_lock=true) when the
     call succeeded, and when the owner held it before the call).
@@ -199,6 +213,7 @@ lock_taken_over:
   type: str
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -212,10 +227,12 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite i
     clear_debris,
     decode_utf8,
     editing,
+    faults_named,
     read_bytes,
     remove_file,
     sha256_bytes,
 )
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import runtime_record
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_text
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.node_lock import LOCK_OPTIONS, run_holding
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries import find_binary
@@ -311,7 +328,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            op=dict(type="str", choices=["read", "check", "write", "remove"], default="read"),
+            op=dict(type="str", choices=["read", "check", "write", "remove", "record"], default="read"),
             content=dict(type="str"),
             command=dict(type="list", elements="str"),
             binary=dict(type="str"),
@@ -325,7 +342,7 @@ def main():
             lock=dict(type="dict", options=LOCK_OPTIONS),
             keep_lock=dict(type="bool", default=False),
         ),
-        required_if=[("op", "check", ["content", "command"]), ("op", "write", ["content"])],
+        required_if=[("op", "check", ["content", "command"]), ("op", "write", ["content"]), ("op", "record", ["content"])],
         supports_check_mode=True,
     )
     # Not masked: the controller edits the bytes this returns, and masks whatever it shows.
@@ -342,6 +359,8 @@ def run_locked(module):
 def run(module):
     params = module.params
     path = params["path"]
+    if params["op"] == "record":
+        return write_record(module, path, params["content"])
     if os.path.isdir(path):
         module.fail_json(msg="%s is a directory; give the configuration file itself" % path)
     current = read_bytes(path)
@@ -417,6 +436,31 @@ def write(module, params, current, result):
     if backup_file:
         result["backup_file"] = backup_file
     result["sha256"] = sha256_bytes(data)
+
+
+def write_record(module, path, content):
+    """op=record: the proposal written at PATH when the node is still what the controller read."""
+    try:
+        proposal = json.loads(content)
+    except ValueError as exc:
+        module.fail_json(msg="%s: the record's proposal is not JSON (%s); nothing was written" % (path, exc))
+    problem = runtime_record.proposal_problem(proposal)
+    if problem:
+        module.fail_json(msg="%s: %s; nothing was written" % (path, problem))
+    record, why_not = runtime_record.make(proposal)
+    if record is None:
+        return {"changed": False, "recorded": False, "record_reason": why_not}
+    data = to_bytes(runtime_record.dumps(record))
+    if read_bytes(path) == data:
+        return {"changed": False, "recorded": True}
+    if not module.check_mode:
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            with faults_named(directory, "create the directory"):
+                os.makedirs(directory, 0o755)
+        with editing(module, path):
+            atomic_write(module, path, data, mode=0o600)
+    return {"changed": True, "recorded": not module.check_mode}
 
 
 def remove(module, params, current, result):

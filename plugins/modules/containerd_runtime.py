@@ -138,6 +138,19 @@ options:
         fact cache). A skipped or failed result, or one of another form, fails the task naming what is wrong.
       - Unset, the task discovers the node itself.
     type: dict
+  record:
+    description:
+      - Where the node keeps its record of this task's last run that found nothing to change (written with
+        M(gpunode.nvidia.containerd_config_file)'s O(gpunode.nvidia.containerd_config_file#module:op=record)).
+      - When O(discovered) carries M(gpunode.nvidia.gpu_node_facts)'s recall of this record
+        (O(gpunode.nvidia.gpu_node_facts#module:runtime_record)), the record still holds (every file containerd
+        loads, every C(imports) match and the containerd and runtime binaries as they were) and it was made for
+        the same request (its options and the target), the task reports the recorded answer (RV(record) is
+        V(reused)) without reading the node again. Anything else is a full run, which records its answer when
+        it changes nothing (not in check mode).
+      - An empty string keeps no record.
+    type: str
+    default: /var/lib/gpunode/containerd-runtime.json
 extends_documentation_fragment:
   - gpunode.nvidia.node_lock
   - gpunode.nvidia.attributes
@@ -307,6 +320,14 @@ diff:
   returned: when changed
   type: list
   elements: dict
+record:
+  description:
+    - What became of the node's record (O(record)) - V(reused) (the recorded answer, nothing was read),
+      V(written), V(kept) (the record already said so), or V(not written) with the reason (a file changed while
+      the task ran). A run that changes something, or runs in check mode, records nothing.
+  returned: when O(record) is set and the task did not change anything
+  type: str
+  sample: reused
 lock_held:
   description:
     - Whether the owner of O(lock) holds the node lock after the task (true when the config was written, not in
@@ -344,6 +365,7 @@ ARGUMENT_SPEC = dict(
     allow_path_mismatch=dict(type="bool", default=False),
     drop_in=dict(type="path"),
     discovered=dict(type="dict"),
+    record=dict(type="str", default="/var/lib/gpunode/containerd-runtime.json"),
     lock=dict(type="dict", options=LOCK_OPTIONS),
 )
 

@@ -79,6 +79,16 @@ options:
         description: M(gpunode.nvidia.gpu_workload_check)'s O(gpunode.nvidia.gpu_workload_check#module:record_path).
         type: str
         default: ""
+  runtime_record:
+    description:
+      - Also read the node's record of M(gpunode.nvidia.containerd_runtime)'s last run that changed nothing (its
+        O(gpunode.nvidia.containerd_runtime#module:record) path) and compare what it was made from with the
+        node now (the files containerd loads, what each C(imports) pattern matches, the containerd and runtime
+        binaries). Returned as RV(runtime_record); passed on as
+        O(gpunode.nvidia.containerd_runtime#module:discovered), it spares that task its reading of the node when
+        nothing changed. C(site.yml)'s discovery and the C(container_runtime) role's do.
+      - Only on the live node (O(root=/)). Reads and hashes a few files; never changes anything.
+    type: path
 notes:
   - Asks kubelet which container runtime it uses (its running command line, its flag files, its
     C(--config) file) and matches that endpoint against every runtime instance on the node, so that
@@ -307,6 +317,16 @@ proof_recall:
     - Not a fact; its sections of the node that O(gather) did not ask for are not returned either.
   returned: when O(recall) is set
   type: dict
+runtime_record:
+  description:
+    - The recall of the record at O(runtime_record) - C(path); C(found); C(holds) (every file, pattern and binary
+      it was made from is the same now); C(reason) (why it does not hold, in words); and, when found, the
+      C(key) and C(result) it keeps for M(gpunode.nvidia.containerd_runtime).
+    - Not a fact.
+  returned: when O(runtime_record) is set
+  type: dict
+  sample: {"path": "/var/lib/gpunode/containerd-runtime.json", "found": true, "holds": false,
+           "reason": "changed since the record: /etc/containerd/config.toml changed"}
 """
 
 import os
@@ -314,6 +334,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import runtime_record
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.masking import mask_data
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node.discovery import SECTIONS, gather
 from ansible_collections.gpunode.nvidia.plugins.module_utils.workload import check
@@ -329,6 +350,7 @@ def main():
             root=dict(type="path", default="/"),
             gather=dict(type="list", elements="str", default=["all"], choices=["all"] + list(SECTIONS)),
             recall=dict(type="dict", options=check.RECALL_ARGUMENT_SPEC),
+            runtime_record=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -338,6 +360,8 @@ def main():
         module.fail_json(msg="root %s is not a directory: give the directory where the node's / is mounted" % root)
     if recall is not None and root != "/":
         module.fail_json(msg="recall reads the live node's runtime and proof record: leave root at / to use it")
+    if module.params["runtime_record"] and root != "/":
+        module.fail_json(msg="runtime_record compares a record with the live node: leave root at / to use it")
     sections = SECTIONS if "all" in module.params["gather"] else module.params["gather"]
     started = time.time()
     read = set(sections)
@@ -348,6 +372,8 @@ def main():
     result = {}
     if recall is not None:
         result["proof_recall"] = mask_data(check.recall_outcome(recall, facts, started))
+    if module.params["runtime_record"]:
+        result["runtime_record"] = runtime_record.recall(module.params["runtime_record"])
     facts = dict(only_sections(facts, sections), elapsed_s=elapsed_s)
     module.exit_json(changed=False, ansible_facts={"gpu_node": facts}, **result)
 

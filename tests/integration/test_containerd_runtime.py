@@ -7,13 +7,16 @@ sandbox starts through it. The runtime binary is a STAND-IN
 (tests/testbed/stand-ins/nvidia-container-runtime: records its call, execs runc).
 """
 import difflib
+import json
 import os
 import re
 import subprocess
+import sys
 import uuid
 
 import pytest
 
+import ansible_runner
 import daemons
 from ansible_runner import run_module
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
@@ -176,3 +179,45 @@ def test_second_run_on_debians_packaged_config_changes_nothing(private_container
         again = configure(ctrd)
         assert not again["changed"], (attempt, again.get("effective_changes"))
         assert ctrd.read_config() == written
+
+
+def test_a_run_that_changed_nothing_is_recorded_and_reported_until_the_node_changes(private_containerd, tmp_path):
+    """The node's record (plugins/module_utils/editors/runtime_record.py) through the real modules: gpu_node_facts
+    recalls it, containerd_runtime reports it without reading the node while nothing changed, and a drop-in that
+    appears under the config's imports glob means a full run again. containerd 2.1 validates every full run (its
+    `config dump`; no daemon needed). The discovery's node part is a STAND-IN (this machine's own runtimes are not
+    the private containerd's): only its recall of the record is the real module's."""
+    ctrd = private_containerd(RELEASES[-1])
+    dropins = os.path.join(ctrd.base, "conf.d")
+    os.makedirs(dropins)
+    ctrd.write_config(ctrd.minimal_config().replace(
+        "version = 3\n", 'version = 3\nimports = ["%s/*.toml"]\n' % dropins))
+    record = str(tmp_path / "record.json")
+    discovered = ("{{ {'changed': false, 'runtime_record': recall.runtime_record, 'ansible_facts': {'gpu_node': "
+                  "{'root': '/', 'runtimes': [], 'target': none, 'target_reason': 'stand-in', 'kubelet': {}}}} }}")
+    look_and_configure = [
+        {"gpunode.nvidia.gpu_node_facts": {"gather": ["gpus"], "runtime_record": record}, "register": "recall"},
+        {MODULE: {"path": ctrd.config_path, "binary": daemons.STANDIN_RUNTIME, "discovered": discovered,
+                  "record": record}},
+    ]
+    mirror = {"ansible.builtin.copy": {"dest": os.path.join(dropins, "10-mirror.toml"),
+                                       "content": "# an operator's drop-in\nversion = 3\n"}}
+    tasks = look_and_configure * 3 + [mirror] + look_and_configure * 2
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+    (tmp_path / "play.json").write_text(json.dumps(play))
+    env = dict(ansible_runner._environment([ctrd.dist.bin_dir], None))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+                           str(tmp_path / "play.json")], env=env, stdout=subprocess.PIPE, universal_newlines=True,
+                          check=False)
+    results = [task["hosts"]["localhost"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
+    recalls, runs = results[0:6:2] + results[7::2], results[1:6:2] + results[8::2]
+    assert [run.get("failed") for run in runs] == [None] * 5, runs
+    assert [(run["changed"], run.get("record")) for run in runs] == [
+        (True, None), (False, "written"), (False, "reused"), (False, "written"), (False, "reused")]
+    assert [(r["runtime_record"]["found"], r["runtime_record"]["holds"]) for r in recalls] == [
+        (False, False), (False, False), (True, True), (True, False), (True, True)]
+    assert recalls[3]["runtime_record"]["reason"] == "changed since the record: the files %s/*.toml matches changed" \
+        % dropins
+    same = ("path", "runtime", "default_runtime", "loaded_files", "validated", "containerd_version")
+    assert dict((k, runs[2][k]) for k in same) == dict((k, runs[1][k]) for k in same)
+    assert runs[4]["loaded_files"] == [ctrd.config_path, os.path.join(dropins, "10-mirror.toml")]

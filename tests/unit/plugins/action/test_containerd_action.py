@@ -1,5 +1,6 @@
 """Which file containerd_runtime edits, from discovery's answer (no node needed)."""
 import importlib
+import json
 
 import pytest
 
@@ -330,6 +331,7 @@ PLAIN = """version = 2
 [%(p)s.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 """ % {"p": V2}
+RECORD = "/var/lib/gpunode/containerd-runtime.json"
 LOCK = {"path": "/run/lock/gpunode-nvidia.lock", "owner": "controller:2026-11-24T10:00:00", "timeout": 600,
         "stale_after": 3600}
 
@@ -343,6 +345,7 @@ class StandInNode:
         self.lock = lock
         self.calls = []
         self.fail_writes = False
+        self.record = None
 
     def __call__(self, module_name, module_args, task_vars=None, **_kwargs):
         name = module_name.rsplit(".", 1)[-1]
@@ -367,6 +370,8 @@ class StandInNode:
         return result
 
     def _config_file(self, args):
+        if args["op"] == "record":
+            return self._record(json.loads(args["content"]))
         text = self.files.get(args["path"])
         sha = self.sha256(args["path"])
         if args["op"] == "write":
@@ -384,6 +389,21 @@ class StandInNode:
                 {"pattern": p, "files": [{"path": p, "exists": p in self.files, "content": self.files.get(p, ""),
                                           "sha256": self.sha256(p)}]} for p in args["include"]]
         return result
+
+    def _record(self, proposal):
+        """op=record: kept when every file is still what the task read (the node's runtime_record.make)."""
+        if any((self.sha256(path) or None) != digest for path, digest in proposal["files"].items()):
+            return {"changed": False, "recorded": False, "record_reason": "changed since it was read"}
+        self.record = proposal
+        return {"changed": True, "recorded": True}
+
+    def recall(self, path=RECORD):
+        """gpu_node_facts' runtime_record for this node: the record, and whether its files are the same now."""
+        if self.record is None:
+            return {"path": path, "found": False, "holds": False, "reason": "no record on the node"}
+        holds = all((self.sha256(p) or None) == digest for p, digest in self.record["files"].items())
+        return {"path": path, "found": True, "holds": holds, "key": self.record["key"],
+                "result": self.record["result"], "reason": "" if holds else "changed since the record"}
 
     def sha256(self, path):
         import hashlib
@@ -512,3 +532,75 @@ def test_malformed_discovery_is_refused_before_the_node_is_touched(task, discove
     result = task(node, discovered=discovered)
     assert result["failed"] and message in result["msg"] and "gpu_node_facts" in result["msg"]
     assert node.calls == [] and result["lock_held"] is False
+
+
+# ---------------------------------------------------------------- the node's record of a run that changed nothing
+
+def recalled(node, **facts_overrides):
+    """The role's discovery with gpu_node_facts' recall of the node's record."""
+    found = discovery(dict(KUBEADM, **facts_overrides))
+    found["runtime_record"] = node.recall()
+    return found
+
+
+def test_a_run_that_changes_nothing_records_it_and_the_next_reports_it_without_a_call(task):
+    node = StandInNode({ROOT: PLAIN})
+    assert task(node, discovered=recalled(node))["changed"]  # a change: nothing recorded
+    assert node.record is None
+    node.lock, node.calls = None, []
+    full = task(node, discovered=recalled(node))
+    assert not full["changed"] and full["record"] == "written"
+    assert [args["op"] for _name, args in node.calls] == ["read", "record"]
+    node.calls = []
+    reused = task(node, discovered=recalled(node))
+    assert node.calls == [] and reused["record"] == "reused" and reused["lock_held"] is False
+    same = ("changed", "path", "defined_in", "runtime", "default_runtime", "target", "loaded_files", "files")
+    assert dict((k, reused[k]) for k in same) == dict((k, full[k]) for k in same)
+
+
+def test_check_mode_reuses_a_record_that_holds_and_never_writes_one(task):
+    node = StandInNode({ROOT: PLAIN})
+    task(node, discovered=recalled(node))
+    node.lock, node.calls = None, []
+    checked = task(node, check_mode=True, discovered=recalled(node))
+    assert not checked["changed"] and "record" not in checked and node.record is None
+    task(node, discovered=recalled(node))
+    node.calls = []
+    assert task(node, check_mode=True, discovered=recalled(node))["record"] == "reused" and node.calls == []
+
+
+@pytest.mark.parametrize("change", ["file", "request", "target", "path"])
+def test_a_record_that_no_longer_answers_the_request_means_a_full_run(task, change):
+    node = StandInNode({ROOT: PLAIN})
+    task(node, discovered=recalled(node))
+    node.lock = None
+    task(node, discovered=recalled(node))
+    node.calls = []
+    discovered, args = recalled(node), {}
+    if change == "file":
+        node.files[ROOT] = PLAIN + "# an operator's comment\n"
+        discovered = recalled(node)
+    elif change == "request":
+        args = dict(set_as_default=True)
+    elif change == "target":
+        discovered = recalled(node, socket="/run/k8s/containerd.sock")
+    else:
+        discovered["runtime_record"]["path"] = "/elsewhere.json"
+    result = task(node, discovered=discovered, **args)
+    assert result.get("record") != "reused" and node.calls[0][1]["op"] == "read"
+
+
+def test_a_discovery_that_did_not_read_the_record_writes_none(task):
+    node = StandInNode({ROOT: PLAIN})
+    task(node)
+    node.lock, node.calls = None, []
+    result = task(node)
+    assert "record" not in result and [args["op"] for _name, args in node.calls] == ["read"]
+
+
+def test_a_restart_of_the_same_containerd_keeps_the_record(action):
+    from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd import record as records
+    args = dict(edit_args(), path=ROOT, discovered={"any": 1}, lock=LOCK, record=RECORD)
+    key = records.request_key(args, dict(KUBEADM, pid=10, running=True))
+    assert key == records.request_key(dict(args, discovered=None, lock=None), dict(KUBEADM, pid=4242, running=False))
+    assert key != records.request_key(dict(args, name="nvidia-cdi"), KUBEADM)
