@@ -147,7 +147,8 @@ options:
         loads, every C(imports) match and the containerd and runtime binaries as they were) and it was made for
         the same request (its options and the target), the task reports the recorded answer (RV(record) is
         V(reused)) without reading the node again. Anything else is a full run, which records its answer when
-        it changes nothing (not in check mode).
+        it changes nothing and the discovery read the record (not in check mode; the record is bookkeeping, not
+        reported as a change, as M(gpunode.nvidia.gpu_workload_check)'s proof record).
       - An empty string keeps no record.
     type: str
     default: /var/lib/gpunode/containerd-runtime.json
