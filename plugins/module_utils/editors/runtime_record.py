@@ -24,7 +24,6 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.common.binaries imp
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors.filewrite import read_bytes, sha256_bytes
 
 RECORD_FORMAT = 1
-DEFAULT_PATH = "/var/lib/gpunode/containerd-runtime.json"
 # What a record says about the node, each compared with the node as it is now.
 STATE_FIELDS = ("files", "patterns", "binaries")
 

@@ -52,8 +52,8 @@ def proposal(key, result, plan, args):
     (absent: null); the patterns are the globs the imports named, with what each matched; the binaries are
     the containerd that validated and the runtime's binary."""
     current, files = plan.current, plan.files
+    # The root is the first of them, with the SHA-256 the node sent (empty for a missing file).
     digests = dict((path, files.get(path).sha256 or None) for path in files.paths())
-    digests[files.root.path] = current["sha256"] or None
     for path in files.missing:
         digests[path] = None
     if args["drop_in"] and args["drop_in"] not in digests:
