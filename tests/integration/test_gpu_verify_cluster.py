@@ -97,19 +97,38 @@ FAILURES = {
 }
 
 
+def bad_node(behaviour):
+    return "gpu-bad-" + behaviour.replace("_", "-")
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory):
+    """One check of a cluster with a node of each failing behaviour (and one good node it does not check): the
+    nodes are checked at once, as in a fleet, in one module run."""
+    api = KubeApiStandin([Node("gpu-1")] + [Node(bad_node(b), b) for b in sorted(FAILURES)], pod_seconds=0.5,
+                         token=TOKEN).start()
+    try:
+        api.kubeconfig = api.write_kubeconfig(str(tmp_path_factory.mktemp("failures") / "kubeconfig"))
+        nodes = [{"name": bad_node(b), "config_path": CONFIG, "socket": "/run/containerd/containerd.sock"}
+                 for b in sorted(FAILURES)]
+        result = verify(api, nodes=nodes, timeout=3)
+        yield api, result
+    finally:
+        api.stop()
+
+
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
-def test_failures_are_explained(cluster, behaviour):
+def test_failures_are_explained(failures, behaviour):
+    api, result = failures
     expected_result, rule, incident = FAILURES[behaviour]
-    api = cluster([Node("gpu-1"), Node("gpu-bad", behaviour)])
-    nodes = [{"name": "gpu-bad", "config_path": CONFIG, "socket": "/run/containerd/containerd.sock"}]
-    result = verify(api, nodes=nodes, timeout=3)
+    name = bad_node(behaviour)
     assert result["failed"] is True and result["passed"] is False
-    node = result["nodes"][0]
+    (node,) = [each for each in result["nodes"] if each["node"] == name]
     assert node["result"] == expected_result, node
     assert node["explanation"]["rule"] == rule and node["explanation"]["incident"] == incident
-    assert "gpu-bad" in node["explanation"]["cause"] + node["explanation"]["fix"]
+    assert name in node["explanation"]["cause"] + node["explanation"]["fix"]
     assert api.pods == {}, "the pod must be deleted also on failure"
-    assert "gpu-bad" in result["msg"] and node["explanation"]["cause"] in result["msg"]
+    assert name in result["msg"] and node["explanation"]["cause"] in result["msg"]
     if behaviour == "no_runtime":
         assert CONFIG in node["explanation"]["cause"]  # I1 names the node's discovered config file
         assert any(e["reason"] == "FailedCreatePodSandBox" for e in node["events"])

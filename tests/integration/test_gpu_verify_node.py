@@ -22,7 +22,7 @@ import time
 import pytest
 
 import daemons
-from ansible_runner import run_module
+from ansible_runner import run_module, run_tasks
 
 MODULE = "gpunode.nvidia.gpu_workload_check"
 RELEASES = ("bookworm", "sid")  # containerd 1.6.20 and 2.1.9
@@ -52,12 +52,17 @@ def node(request, standin_images):
         yield ctrd
 
 
-def check(ctrd, check_mode=False, diff=False, **args):
+def check_params(ctrd, **args):
     params = dict(engine="containerd", socket=ctrd.socket, config_path=ctrd.config_path,
                   image=daemons.VECTORADD_IMAGE, timeout=60, node_name="node-under-test")
     params.update(args)
+    return params
+
+
+def check(ctrd, check_mode=False, diff=False, **args):
     started = time.time()
-    result = run_module(MODULE, params, path_prepend=[ctrd.dist.bin_dir], check=check_mode, diff=diff)
+    result = run_module(MODULE, check_params(ctrd, **args), path_prepend=[ctrd.dist.bin_dir], check=check_mode,
+                        diff=diff)
     result["wall_s"] = time.time() - started
     return result
 
@@ -140,13 +145,20 @@ def test_a_recorded_proof_is_reported_while_it_holds_and_only_then(node, tmp_pat
     assert len(node.standin_invocations()) == ran
 
 
-def discovery_recall(ctrd, **recall):
-    """site.yml's discovery: gpu_node_facts with the recall of check()'s options, in one module call."""
+def discovery_recalls(ctrd, *each_recall):
+    """site.yml's discovery: gpu_node_facts with the recall of check()'s options, in one module call; one task per
+    recall, in one ansible-playbook run."""
     options = dict(engine="containerd", socket=ctrd.socket, config_path=ctrd.config_path,
                    image=daemons.VECTORADD_IMAGE, node_name="node-under-test")
-    options.update(recall)
-    return run_module("gpunode.nvidia.gpu_node_facts", {"gather": ["gpus"], "recall": options},
-                      path_prepend=[ctrd.dist.bin_dir])
+    return run_tasks("gpunode.nvidia.gpu_node_facts",
+                     [({"gather": ["gpus"], "recall": dict(options, **recall)}, False) for recall in each_recall],
+                     path_prepend=[ctrd.dist.bin_dir])
+
+
+def check_recalls(ctrd, *each_args):
+    """check() with recall=True once per argument set, in one ansible-playbook run."""
+    return run_tasks(MODULE, [(check_params(ctrd, recall=True, **args), False) for args in each_args],
+                     path_prepend=[ctrd.dist.bin_dir])
 
 
 def test_the_discovery_recalls_the_proof_as_the_check_does_and_never_fails_for_it(node, tmp_path):
@@ -157,9 +169,9 @@ def test_the_discovery_recalls_the_proof_as_the_check_does_and_never_fails_for_i
     assert fresh["proof"] == "fresh", fresh.get("msg")
     ran = len(node.standin_invocations())
 
-    found = discovery_recall(node, record_path=record)
+    found, strict = discovery_recalls(node, dict(record_path=record), dict(record_path=record, require_gpu=True))
+    alone, refused = check_recalls(node, dict(record_path=record), dict(record_path=record, require_gpu=True))
     assert not found.get("failed") and found["changed"] is False, found.get("msg")
-    alone = check(node, record_path=record, recall=True)
     recalled = found["proof_recall"]
     for field in ("proof", "verdict", "passed", "proof_recorded_at", "proof_key", "engine", "socket", "config_path",
                   "node", "gpu", "runtime_handler", "image"):
@@ -167,8 +179,6 @@ def test_the_discovery_recalls_the_proof_as_the_check_does_and_never_fails_for_i
     assert recalled["proof"] == "recorded" and recalled["proof_recorded_at"] == fresh["proof_recorded_at"]
     assert sorted(found["ansible_facts"]["gpu_node"]) == ["elapsed_s", "gpus", "root"]
 
-    strict = discovery_recall(node, record_path=record, require_gpu=True)
-    refused = check(node, record_path=record, recall=True, require_gpu=True)
     assert not strict.get("failed") and refused["failed"] is True
     assert (strict["proof_recall"]["proof"], strict["proof_recall"]["verdict"]) == ("none", "not-run")
     assert strict["proof_recall"]["proof_reason"] == refused["msg"] == (
@@ -176,17 +186,34 @@ def test_the_discovery_recalls_the_proof_as_the_check_does_and_never_fails_for_i
     assert len(node.standin_invocations()) == ran  # nothing ran through the runtime
 
 
-def test_without_the_nvidia_handler_the_standin_fails(node):
+@pytest.fixture(scope="module")
+def failed(node):
+    """Each failure case's result. The cases are the tasks of one ansible-playbook run (one start-up for all), in
+    this order; each starts from what the one before it left, which assert_nothing_left checks."""
+    cases = {
+        "runc": dict(runtime_handler="runc"),
+        "wrong-result": dict(image=daemons.VECTORADD_FAIL_IMAGE, image_tarball=node.images["vectoradd-fail"]),
+        "i5": dict(runtime_handler="nvidia-i5"),
+        "timeout": dict(image=daemons.PAUSE_IMAGE, timeout=2),  # the sandbox image never exits: a hung workload
+        "pull-error": dict(image="127.0.0.1:1/nvidia/cuda-sample:vectoradd"),
+        "pull-never": dict(image="localhost/gpunode/absent:1", pull_policy="never"),
+    }
+    results = run_tasks(MODULE, [(check_params(node, **args), False) for args in cases.values()],
+                        path_prepend=[node.dist.bin_dir])
+    return dict(zip(cases, results))
+
+
+def test_without_the_nvidia_handler_the_standin_fails(node, failed):
     """The same image through plain runc: no marker, no pass. A pass above is real evidence."""
-    result = check(node, runtime_handler="runc")
+    result = failed["runc"]
     assert result["failed"] is True and result["passed"] is False
     assert "Test PASSED" not in result["workload"]["output"]
     assert result["workload"]["exit_code"] == 1
     assert_nothing_left(node, result)
 
 
-def test_wrong_result_fails_with_output_and_explanation(node):
-    result = check(node, image=daemons.VECTORADD_FAIL_IMAGE, image_tarball=node.images["vectoradd-fail"])
+def test_wrong_result_fails_with_output_and_explanation(node, failed):
+    result = failed["wrong-result"]
     assert result["failed"] is True and result["verdict"] == "failed"
     assert "Result verification failed at element 0!" in result["workload"]["output"]
     assert result["explanation"]["rule"] == "cuda-result-wrong"
@@ -195,8 +222,8 @@ def test_wrong_result_fails_with_output_and_explanation(node):
     assert_nothing_left(node, result)
 
 
-def test_missing_binaryname_is_incident_i5(node):
-    result = check(node, runtime_handler="nvidia-i5")
+def test_missing_binaryname_is_incident_i5(node, failed):
+    result = failed["i5"]
     assert result["failed"] is True and result["error"]["stage"] == "sandbox"
     assert MISSING_BINARY in result["error"]["message"]  # containerd's own words
     explanation = result["explanation"]
@@ -206,25 +233,24 @@ def test_missing_binaryname_is_incident_i5(node):
     assert_nothing_left(node, result)
 
 
-def test_timeout_kills_and_removes_the_workload(node):
-    # The sandbox image never exits: a hung workload.
-    result = check(node, image=daemons.PAUSE_IMAGE, timeout=2)
+def test_timeout_kills_and_removes_the_workload(node, failed):
+    result = failed["timeout"]
     assert result["failed"] is True and result["workload"]["timed_out"] is True
     assert result["explanation"]["rule"] == "timeout" and "2 seconds" in result["explanation"]["cause"]
     assert_nothing_left(node, result)
 
 
-def test_pull_error_is_explained(node):
+def test_pull_error_is_explained(node, failed):
     # A registry that refuses connections: a real CRI PullImage and containerd's real error.
-    result = check(node, image="127.0.0.1:1/nvidia/cuda-sample:vectoradd")
+    result = failed["pull-error"]
     assert result["failed"] is True and result["error"]["stage"] == "image"
     assert "connection refused" in result["error"]["message"]
     assert result["explanation"]["rule"] == "image-pull"
     assert "cannot be reached" in result["explanation"]["cause"]
 
 
-def test_pull_policy_never_without_image(node):
-    result = check(node, image="localhost/gpunode/absent:1", pull_policy="never")
+def test_pull_policy_never_without_image(node, failed):
+    result = failed["pull-never"]
     assert result["failed"] is True and result["explanation"]["rule"] == "image-pull"
     assert "pull policy" in result["error"]["message"]
 

@@ -206,8 +206,9 @@ def test_a_rollout_stopped_by_a_node_failed_earlier_exits_non_zero_naming_each_n
 
 
 def test_sigkill_mid_rollout_then_a_rerun_finishes_without_redoing_done_nodes(tmp_path):
-    with KubeApiStandin(gpu_nodes(6), pod_seconds=0.2) as api:
-        hosts = ["gpu-%d" % i for i in range(1, 7)]
+    # Four nodes, two at a time: the kill finds one node done while others are far from done.
+    with KubeApiStandin(gpu_nodes(4), pod_seconds=0.2) as api:
+        hosts = ["gpu-%d" % i for i in range(1, 5)]
         rollout = Rollout(tmp_path, api, hosts, gpunode_upgrade_max_parallel=2, stub_install_seconds=1.5)
         proc = rollout.start()
         deadline = time.monotonic() + 120
@@ -232,20 +233,6 @@ def test_sigkill_mid_rollout_then_a_rerun_finishes_without_redoing_done_nodes(tm
         for host in in_progress:
             assert "resuming at" in output
         report_peak(api, "SIGKILL then rerun", 2)
-
-
-def test_two_controllers_at_once_never_exceed_the_limits(tmp_path):
-    with KubeApiStandin(gpu_nodes(6), pod_seconds=0.2) as api:
-        hosts = ["gpu-%d" % i for i in range(1, 7)]
-        rollout = Rollout(tmp_path, api, hosts, gpunode_upgrade_max_parallel=2, stub_install_seconds=1.0)
-        first = rollout.start(hosts[:3], name="slice-1")
-        second = rollout.start(hosts[3:], name="slice-2")
-        # a guard against a hang, as long as run()'s: on a loaded 2-core machine the two slices took 326 s
-        outputs = [first.communicate(timeout=1500)[0], second.communicate(timeout=1500)[0]]
-        assert first.returncode == 0 and second.returncode == 0, outputs
-        assert all(rollout.state(host) == "upgrade-done" for host in hosts)
-        assert [r for r in api.requests if r[1] in ("PUT", "POST") and "/leases" in r[2]]  # both wrote one Lease
-        report_peak(api, "two controllers", 2)
 
 
 def test_unload_blocked_takes_the_reboot_path_and_a_toolkit_only_upgrade_the_light_one(tmp_path):
