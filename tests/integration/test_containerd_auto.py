@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import daemons
-from ansible_runner import run_module
+from ansible_runner import run_module, run_tasks
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 
 STANDIN_KUBELET = os.path.join(daemons.REPO, "tests", "testbed", "stand-ins", "kubelet")
@@ -51,7 +51,10 @@ def test_auto_mode_configures_the_instance_kubelet_uses(release, private_contain
     kubelet_on(used)
     other_before = other.read_config()
 
-    result = run_module("gpunode.nvidia.containerd_runtime", {"binary": daemons.STANDIN_RUNTIME})
+    # In one ansible-playbook run: auto mode, then the second instance's file named outright.
+    result, refused = run_tasks("gpunode.nvidia.containerd_runtime", [
+        ({"binary": daemons.STANDIN_RUNTIME}, False),
+        ({"path": other.config_path, "binary": daemons.STANDIN_RUNTIME}, False)])
     assert result["changed"] and result["validated"], result
     assert result["path"] == used.config_path
     assert result["target"]["socket"] == used.socket
@@ -59,8 +62,6 @@ def test_auto_mode_configures_the_instance_kubelet_uses(release, private_contain
     assert result["containerd_version"].split()[2].startswith(used.dist.version)
 
     # While kubelet talks to the first instance, the second one's file is refused.
-    refused = run_module("gpunode.nvidia.containerd_runtime",
-                         {"path": other.config_path, "binary": daemons.STANDIN_RUNTIME})
     assert refused.get("failed")
     assert other.config_path in refused["msg"] and used.config_path in refused["msg"]
     assert "incident I2" in refused["msg"]
