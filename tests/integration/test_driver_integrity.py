@@ -242,4 +242,3 @@ def test_dkms_sign_installs_the_key_queues_the_certificate_and_never_prints_a_se
     assert enrolled.changed_tasks() == ["Label the node with its Secure Boot key enrollment state"]  # removed
     assert not any("ENROLLMENT PENDING" in m for m in enrolled.messages())
     assert ENROLLMENT_LABEL not in node_labels(cluster, node.name)
-
