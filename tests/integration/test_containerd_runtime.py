@@ -28,15 +28,19 @@ IDS = ["containerd-%s" % v for v in daemons.CONTAINERD_RELEASES.values()]
 MODULE = "gpunode.nvidia.containerd_runtime"
 
 
-def configure(ctrd, **args):
+def runtime_args(ctrd, **args):
     args.setdefault("path", ctrd.config_path)
     args.setdefault("binary", daemons.STANDIN_RUNTIME)
-    return run_module(MODULE, args, path_prepend=[ctrd.dist.bin_dir])
+    return args
+
+
+def configure(ctrd, **args):
+    return run_module(MODULE, runtime_args(ctrd, **args), path_prepend=[ctrd.dist.bin_dir])
 
 
 def configure_in_turn(ctrd, *each_args):
     """configure() once per argument set, in one ansible-playbook run (one start-up instead of one each)."""
-    steps = [(dict(dict(path=ctrd.config_path, binary=daemons.STANDIN_RUNTIME), **args), False) for args in each_args]
+    steps = [(runtime_args(ctrd, **args), False) for args in each_args]
     return run_tasks(MODULE, steps, path_prepend=[ctrd.dist.bin_dir])
 
 

@@ -29,21 +29,27 @@ def api(tmp_path):
     standin.stop()
 
 
-def step(api, name, node="gpu-1", check=False, **args):
+def step_params(api, name, node="gpu-1", **args):
     params = dict(kubeconfig=api.kubeconfig, node=node, step=name, owner="upgrade", timeout=20, retry_interval=0.2)
     params.update(args)
-    result = run_module(MODULE, params, check=check)
+    return params
+
+
+def assert_no_secret_and_no_traceback(result):
     assert TOKEN not in json.dumps(result)
     assert "Traceback" not in json.dumps(result)
+
+
+def step(api, name, node="gpu-1", check=False, **args):
+    result = run_module(MODULE, step_params(api, name, node, **args), check=check)
+    assert_no_secret_and_no_traceback(result)
     return result
 
 
 def steps(api, names, check=False, **args):
     """Several steps in one ansible-playbook run (each a task of its own), by name."""
-    params = [dict(kubeconfig=api.kubeconfig, node="gpu-1", step=name, owner="upgrade", timeout=20, retry_interval=0.2,
-                   **args) for name in names]
-    results = run_tasks(MODULE, [(each, check) for each in params])
-    assert TOKEN not in json.dumps(results) and "Traceback" not in json.dumps(results)
+    results = run_tasks(MODULE, [(step_params(api, name, **args), check) for name in names])
+    assert_no_secret_and_no_traceback(results)
     return dict(zip(names, results))
 
 

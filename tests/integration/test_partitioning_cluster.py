@@ -28,17 +28,21 @@ def api(tmp_path):
     standin.stop()
 
 
-def step(api, name, check=False, **args):
+def step_params(api, name, **args):
     args.update(kubeconfig=api.kubeconfig, node="gpu-1", step=name, retry_interval=0.1)
-    result = run_module(MODULE, args, check=check)
+    return args
+
+
+def step(api, name, check=False, **args):
+    result = run_module(MODULE, step_params(api, name, **args), check=check)
     assert TOKEN not in json.dumps(result)
     return result
 
 
 def step_twice(api, name, **args):
     """The same step twice in one ansible-playbook run: its first result and the rerun's."""
-    args.update(kubeconfig=api.kubeconfig, node="gpu-1", step=name, retry_interval=0.1)
-    results = run_tasks(MODULE, [(args, False), (args, False)])
+    params = step_params(api, name, **args)
+    results = run_tasks(MODULE, [(params, False), (params, False)])
     assert TOKEN not in json.dumps(results)
     return results
 
