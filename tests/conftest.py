@@ -96,7 +96,9 @@ CONTAINED = ("test_bake_pipeline.py", "test_driver_integrity.py", "test_fabricma
              "test_doctor_cluster_live.py", "test_recipes.py", "test_awx_runner.py",
              # site.yml with the stages that read this machine off (a node tree, the API stand-in) and the exit rule's
              # plays, which reach no node
-             "test_site_cluster.py", "test_site_summary.py", "test_playbook_exits.py")
+             "test_site_cluster.py", "test_site_summary.py", "test_playbook_exits.py",
+             # the warm ansible runs against fresh ones, on this machine's shell only
+             "test_warm_ansible.py")
 # Contained files whose tests share no module fixture and take minutes each: every test is a unit of its own.
 PER_TEST = ("test_upgrade_rollout.py", "test_upgrade_fleet.py", "test_driver_install.py", "test_toolkit_install.py")
 # The units that take minutes, longest first (durations of a parallel run): they start first, in this order,

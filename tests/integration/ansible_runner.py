@@ -1,9 +1,12 @@
-"""Run a collection module for real, through ansible's own executor, on localhost."""
+"""Run a collection module for real, through ansible's own executor, on localhost (from a warm interpreter:
+warm_ansible.py)."""
 import json
 import os
 import subprocess
 import sys
 import tempfile
+
+import warm_ansible
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
@@ -32,8 +35,8 @@ def run_module(module, args, path_prepend=(), check=False, diff=False, extra_env
         argv.append("--check")
     if diff:
         argv.append("--diff")
-    proc = subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=300, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=300, check=False)
     try:
         report = json.loads(proc.stdout)
     except ValueError:
@@ -51,9 +54,9 @@ def run_tasks(module, steps, path_prepend=(), workdir=None):
         json.dump(play, handle)
     env = _environment(path_prepend, None)
     try:
-        proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), handle.name],
-                              env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=600, check=False)
+        proc = warm_ansible.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), handle.name],
+                                env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                universal_newlines=True, timeout=600, check=False)
     finally:
         os.unlink(handle.name)
     try:

@@ -21,6 +21,8 @@ import tempfile
 import time
 import uuid
 
+import warm_ansible
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TESTBED = os.path.join(REPO, "tests", "testbed")
 IMAGE = "local/gpunode-node:bookworm"
@@ -184,8 +186,8 @@ class NodeContainer(object):
         argv = [PLAYBOOK, "-i", inventory, playbook, "-e", "@" + variables]
         if check:
             argv.append("--check")
-        proc = subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=900, check=False)
+        proc = warm_ansible.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                universal_newlines=True, timeout=900, check=False)
         return PlayResult(proc, self.name)
 
     def close(self):

@@ -22,6 +22,7 @@ from ansible_runner import run_module, run_tasks
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import client as cri
 from ansible_collections.gpunode.nvidia.plugins.module_utils.cri import http2_grpc
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.containerd.effective import flatten, load_dump
+import warm_ansible
 
 RELEASES = list(daemons.CONTAINERD_RELEASES)
 IDS = ["containerd-%s" % v for v in daemons.CONTAINERD_RELEASES.values()]
@@ -216,9 +217,9 @@ def test_a_run_that_changed_nothing_is_recorded_and_reported_until_the_node_chan
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
     (tmp_path / "play.json").write_text(json.dumps(play))
     env = dict(ansible_runner._environment([ctrd.dist.bin_dir], None))
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
-                           str(tmp_path / "play.json")], env=env, stdout=subprocess.PIPE, universal_newlines=True,
-                          check=False)
+    proc = warm_ansible.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+                             str(tmp_path / "play.json")], env=env, stdout=subprocess.PIPE, universal_newlines=True,
+                            check=False)
     results = [task["hosts"]["localhost"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
     recalls, runs = results[0:6:2] + results[7::2], results[1:6:2] + results[8::2]
     assert [run.get("failed") for run in runs] == [None] * 5, runs

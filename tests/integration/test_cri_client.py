@@ -17,6 +17,7 @@ import pytest
 
 import daemons
 from daemons import cri, http2_grpc
+import warm_ansible
 
 NO_RUNTIME = 'no runtime for "nvidia" is configured'
 SUCCESS_LINES = ["[Vector addition of 50000 elements]", "Test PASSED", "Done"]
@@ -206,7 +207,7 @@ def test_cri_info_by_fqcn_through_ansible_in_check_mode(private_containerd):
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
                ANSIBLE_COLLECTIONS_PATH=os.path.join(daemons.REPO, ".cache", "collections"))
     ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
-    completed = subprocess.run(
+    completed = warm_ansible.run(
         [ansible, "localhost", "--check", "-m", "gpunode.nvidia.cri_info",
          "-a", "socket=%s wait_ready=5" % ctrd.socket],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=daemons.REPO, timeout=120, check=False)

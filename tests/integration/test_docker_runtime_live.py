@@ -30,6 +30,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpunode.nvidia.plugins.module_utils.common import daemon_json as dj
 from ansible_collections.gpunode.nvidia.plugins.module_utils.editors import docker_config as dc
 from ansible_collections.gpunode.nvidia.plugins.modules import docker_runtime
+import warm_ansible
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.path.join(REPO, ".cache", "testbed")
@@ -280,8 +281,8 @@ def run_ansible(docker, check=False, **args):
     ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
     argv = [ansible, "localhost", "-m", "gpunode.nvidia.docker_runtime", "-a", json.dumps(args),
             "-e", "ansible_python_interpreter=" + sys.executable] + (["--check", "--diff"] if check else [])
-    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True, timeout=120, check=False)
+    out = warm_ansible.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=120, check=False)
     assert out.stdout.strip(), out.stderr
     return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 

@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 import node_trees  # noqa: E402
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
+import warm_ansible  # noqa: E402
 
 PLAYBOOK = os.path.join(REPO, "playbooks", "diagnose.yml")
 
@@ -94,9 +95,9 @@ def run_playbook(inventory, *extra):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"), ANSIBLE_FORCE_COLOR="0")
     started = time.time()
-    proc = subprocess.run([os.path.join(os.path.dirname(ANSIBLE), "ansible-playbook"), "-i", inventory, PLAYBOOK]
-                          + list(extra), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=600, check=False)
+    proc = warm_ansible.run([os.path.join(os.path.dirname(ANSIBLE), "ansible-playbook"), "-i", inventory, PLAYBOOK]
+                            + list(extra), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=600, check=False)
     return proc, time.time() - started
 
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 import nvidia_node
+import warm_ansible
 
 DRIVER = [{"role": "gpunode.nvidia.nvidia_driver"}]
 SUMMARY = [{"name": "Summary",
@@ -195,8 +196,8 @@ def run_on_tree(tmp_path, root, extra_vars):
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
             str(playbook), "-e", "@%s" % variables, "-e", "ansible_python_interpreter=%s" % sys.executable]
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=300, check=False)
+    proc = warm_ansible.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            timeout=300, check=False)
     return nvidia_node.PlayResult(proc, "localhost")
 
 

@@ -20,6 +20,7 @@ from ansible_collections.gpunode.nvidia.plugins.module_utils.workload.explain im
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
+import warm_ansible  # noqa: E402
 
 MODULE = "gpunode.nvidia.gpu_cluster_check"
 TOKEN = "standin-secret-token-123"
@@ -208,8 +209,8 @@ def run_verify_playbook(extra_vars, path_prepend):
                  ansible_python_interpreter=sys.executable)
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
             os.path.join(REPO, "playbooks", "verify.yml"), "-e", json.dumps(extra)]
-    return subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=300, check=False)
+    return warm_ansible.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=300, check=False)
 
 
 @pytest.fixture

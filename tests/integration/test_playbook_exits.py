@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from ansible_runner import REPO
+import warm_ansible
 
 PLAYBOOKS = os.path.join(REPO, "playbooks")
 HINT = "to the group or pattern that holds them (for example -e gpunode_hosts=workers)."
@@ -23,8 +24,8 @@ def run_playbook(tmp_path, playbook, inventory="node-a ansible_connection=local\
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.ini"),
             os.path.join(PLAYBOOKS, playbook), "-e", json.dumps(extra_vars)] + list(args)
-    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=300, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=300, check=False)
     return proc.returncode, proc.stdout
 
 

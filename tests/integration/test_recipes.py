@@ -36,6 +36,7 @@ from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 
 from ansible_collections.gpunode.nvidia.plugins.module_utils.node import discovery  # noqa: E402
 from ansible_collections.gpunode.nvidia.plugins.plugin_utils.playbook import variables  # noqa: E402
+import warm_ansible  # noqa: E402
 
 RECIPES_MD = os.path.join(REPO, "docs", "recipes.md")
 STANDIN_RUNTIME = os.path.join(REPO, "tests", "testbed", "stand-ins", "nvidia-container-runtime")
@@ -84,8 +85,8 @@ def run(argv, cwd, **extra_vars):
     argv = [os.path.join(PLAYBOOK_DIR, argv[0])] + argv[1:]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
-    return subprocess.run(argv, cwd=str(cwd), env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=600, check=False)
+    return warm_ansible.run(argv, cwd=str(cwd), env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=600, check=False)
 
 
 def test_the_recipes_are_found():

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
 import gpu_health_trees  # noqa: E402
+import warm_ansible  # noqa: E402
 
 SITE = os.path.join(REPO, "playbooks", "site.yml")
 STANDINS = os.path.join(REPO, "tests", "testbed", "stand-ins")
@@ -43,8 +44,8 @@ def run_site(tmp_path, api, check=False, expect_rc=0):
                PATH=STANDINS + os.pathsep + os.environ["PATH"], NVIDIA_STANDIN_SMI_XML=str(tmp_path / "smi.xml"))
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.ini"),
             SITE, "-e", json.dumps(extra)] + (["--check", "--diff"] if check else [])
-    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=300, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=300, check=False)
     assert proc.returncode == expect_rc, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert TOKEN not in proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
@@ -146,10 +147,10 @@ def test_diagnose_taints_a_node_whose_recorded_proof_no_longer_holds(tmp_path, c
                  gpu_verify_proof_record=str(record))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
-                           str(tmp_path / "inventory.ini"), os.path.join(REPO, "playbooks", "diagnose.yml"),
-                           "-e", json.dumps(extra)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=300, check=False)
+    proc = warm_ansible.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                             str(tmp_path / "inventory.ini"), os.path.join(REPO, "playbooks", "diagnose.yml"),
+                             "-e", json.dumps(extra)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "gpu-1: its proof no longer holds (" in " ".join(proc.stdout.split())
     assert gpu_taints(cluster) == [{"key": UNPROVEN, "value": "proof-void", "effect": "NoSchedule"}]
@@ -169,8 +170,8 @@ def test_the_image_s_kubeadm_kubelet_registers_with_the_taint_and_keeps_its_othe
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=" + sys.executable, str(tmp_path / "bake.yml")]
     for changed in (1, 0):
-        proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, timeout=300, check=False)
+        proc = warm_ansible.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                universal_newlines=True, timeout=300, check=False)
         assert proc.returncode == 0 and " changed=%d " % changed in proc.stdout, proc.stdout[-3000:]
     assert env_file.read_text() == ('KUBELET_EXTRA_ARGS="--node-ip=10.0.0.5 '
                                     '--register-with-taints=gpunode.nvidia/unproven=first-boot:NoSchedule"\nOTHER=1\n')

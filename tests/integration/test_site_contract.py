@@ -20,6 +20,7 @@ import time
 import pytest
 
 from nvidia_node import IMAGE, NodeContainer, CAPABILITIES, PlayResult
+import warm_ansible
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SITE = os.path.join(REPO, "playbooks", "site.yml")
@@ -84,8 +85,8 @@ def run_site(nodes, workdir, check=False, diff=False, verbose=False, json_report
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, playbook,
             "-e", json.dumps(variables)]
     argv += (["--check"] if check else []) + (["--diff"] if diff else []) + (["-v"] if verbose else [])
-    proc = subprocess.run(argv, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=600, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=600, check=False)
     return Run(proc, workdir, json_report)
 
 

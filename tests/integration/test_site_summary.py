@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from ansible_runner import REPO
+import warm_ansible
 
 PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site_summary", "nodes.yml")
 STAGES = ("gpunode_driver_stage", "gpunode_toolkit_stage", "gpunode_services_stage", "gpunode_runtime_stage",
@@ -23,8 +24,8 @@ def run_site(tmp_path, expect_rc=0, check=False, **extra_vars):
     extra.update(extra_vars)
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "node-a,node-b,", "-c", "local",
             PLAYBOOK, "-e", json.dumps(extra)] + (["--check"] if check else [])
-    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=300, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=300, check=False)
     assert proc.returncode == expect_rc, proc.stdout
     return proc.stdout
 
@@ -113,8 +114,8 @@ def test_a_node_lost_during_the_run_is_marked_unreachable(tmp_path):
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
     argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), PLAYBOOK,
             "-e", json.dumps({"gpunode_hosts": "node-*"})]
-    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=300, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=300, check=False)
     assert proc.returncode != 0, proc.stdout
     nodes = summary_nodes(tmp_path)
     assert sorted(nodes) == ["node-a", "node-b", "node-c"], nodes

@@ -24,6 +24,7 @@ import nvidia_node
 
 sys.path.insert(0, os.path.join(nvidia_node.REPO, "tests", "testbed"))
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
+import warm_ansible  # noqa: E402
 
 OLD, NEW = "535.261.03", "535.309.01"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
@@ -89,8 +90,8 @@ def playbook(tmp_path, nodes, name, target, variables):
                ANSIBLE_COLLECTIONS_PATH=os.path.join(nvidia_node.REPO, ".cache", "collections"))
     argv = [nvidia_node.PLAYBOOK, "-i", inventory(tmp_path / "inventory.ini", nodes), "-f", "10",
             "-e", "@%s" % extra, target]
-    proc = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=1500, check=False)
+    proc = warm_ansible.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=1500, check=False)
     return proc.returncode, proc.stdout
 
 

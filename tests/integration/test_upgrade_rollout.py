@@ -25,6 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tests", "testbed"))
 
 from kube_api_standin import KubeApiStandin, Node  # noqa: E402
+import warm_ansible  # noqa: E402
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
@@ -72,9 +73,9 @@ class Rollout:
                     ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"))
 
     def run(self, hosts=None, check=False, name="run", **variables):
-        proc = subprocess.run(self.argv(hosts, check, name, **variables), env=self.env(), cwd=str(self.tmp),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                              timeout=1500, check=False)
+        proc = warm_ansible.run(self.argv(hosts, check, name, **variables), env=self.env(), cwd=str(self.tmp),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                timeout=1500, check=False)
         return proc.returncode, " ".join(proc.stdout.split())  # the callback wraps long messages
 
     def start(self, hosts=None, name="run", **variables):
