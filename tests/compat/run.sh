@@ -43,12 +43,14 @@ else
   venv=${GPUNODE_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpunode-nvidia}/core-$core-venv
 fi
 
-# The interpreter of a Python X.Y that can create a venv, or nothing.
+# The interpreter of a Python X.Y that can create a venv, or nothing. A venv's python (the project venv's comes
+# first on PATH) is named by the interpreter it links to: the venv's pins then hold for every checkout.
 python_of() {
   local version=$1 candidate
   for candidate in "python$version" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$version".*/bin/python"$version" python3; do
-    "$candidate" -c "import ensurepip, sys, venv
-if '%d.%d' % sys.version_info[:2] == '$version': print(sys.executable)" 2>/dev/null | grep . && return 0
+    "$candidate" -c "import ensurepip, os, sys, venv
+if '%d.%d' % sys.version_info[:2] == '$version': print(os.path.realpath(sys.executable))" 2>/dev/null | grep . &&
+      return 0
   done
   return 1
 }
