@@ -76,3 +76,23 @@ def test_a_run_past_its_timeout_is_killed_and_the_next_run_goes_on(tmp_path):
     proc = warm_ansible.run([PLAYBOOK, quick], env=_environment((), None), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     assert proc.returncode == 0 and outcomes(proc.stdout)[0][0][1]["msg"] == "still here"
+
+
+def test_a_program_that_starts_ansible_playbook_itself_gets_the_same_run_warm(tmp_path):
+    write_play(tmp_path, [
+        {"name": "say", "ansible.builtin.debug": {"msg": "{{ lookup('env', 'GPUNODE_PROBE') }}"}},
+        {"name": "fail", "ansible.builtin.command": "false"},
+    ])
+    # ANSIBLE_NOCOLOR: an environment no other test here runs, so a warm process of its own.
+    env = _environment((), {"GPUNODE_PROBE": "through the shim", "ANSIBLE_NOCOLOR": "1"})
+    assert warm_ansible._key(env) not in warm_ansible._warm
+    # As Molecule does: ansible-playbook found on PATH, its output on pipes, its exit status read.
+    program = ["sh", "-c", "ansible-playbook play.json; echo \"exit $?\" >&2"]
+    runs = {}
+    for name, run_env in (("shim", warm_ansible.shim_environment(env)), ("fresh", env)):
+        proc = subprocess.run(program, env=run_env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=300, check=False)
+        runs[name] = proc.stderr.strip().splitlines()[-1], outcomes(proc.stdout)
+    assert runs["shim"] == runs["fresh"]
+    assert runs["shim"][0] == "exit 2" and runs["shim"][1][0][0][1]["msg"] == "through the shim"
+    assert warm_ansible._key(env) in warm_ansible._warm  # the shim's run went to a warm process

@@ -10,19 +10,19 @@ process (about 0.2 CPU s a module), which it caches in its local temporary direc
 
 A run that does not fit falls back to `subprocess.run` itself: another program, another interpreter's ansible,
 input on stdin, an output that is neither a pipe nor discarded, or a run already in flight on the same warm process
-(from another thread). GPUNODE_COLD_ANSIBLE=1 sends every run there.
+(from another thread). Programs that start ansible-playbook themselves (Molecule) get the same through
+`shim_environment` (below). GPUNODE_COLD_ANSIBLE=1 sends every run to a fresh process.
 """
 import atexit
 import json
 import os
-import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 BIN = os.path.dirname(sys.executable)
 COMMANDS = {"ansible": "ansible.cli.adhoc", "ansible-playbook": "ansible.cli.playbook"}
@@ -32,10 +32,11 @@ _IMPORT_TIME = ("HOME", "TMPDIR", "LANG")
 _IMPORT_TIME_PREFIXES = ("ANSIBLE_", "PYTHON", "LC_")
 _MAX_WARM = 4
 
-# The warm process. It imports what every run imports, then forks one child per request line (JSON: argv, env,
-# cwd, stdout and stderr paths); it answers the child's pid, then its exit status. It ends when its input closes.
-_SERVER = r'''
-import atexit, json, os, sys, traceback
+# The warm process. It imports what every run imports, then forks one child per request: a message on its socket
+# (JSON: module, argv, env, cwd) carrying the run's stdin, stdout and stderr. It answers the child's pid, then the
+# child's exit status, and ends when the socket closes.
+_SERVER = r"""
+import atexit, json, os, socket, sys, traceback
 modules = json.loads(sys.argv[1])
 for name in modules + ["ansible.executor.task_queue_manager", "ansible.executor.playbook_executor",
                        "ansible.executor.task_executor", "ansible.executor.process.worker",
@@ -43,25 +44,20 @@ for name in modules + ["ansible.executor.task_queue_manager", "ansible.executor.
                        "ansible.plugins.connection.local", "ansible.plugins.action.normal"]:
     __import__(name)
 from ansible.utils.path import cleanup_tmp_file
-requests, answers = os.fdopen(int(sys.argv[2]), "r"), os.fdopen(int(sys.argv[3]), "w")
+control = socket.socket(fileno=int(sys.argv[2]))
 
 
-def child(request):
-    requests.close()
-    answers.close()
+def child(request, fds):
+    control.close()
     # This process's local temporary directory (the payload cache) belongs to the warm process, which removes it.
     atexit.unregister(cleanup_tmp_file)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
-                            (2, request["stderr"], os.O_WRONLY)):
-        if path is None:
-            os.dup2(1, fd)
-            continue
-        opened = os.open(path, flags)
-        os.dup2(opened, fd)
-        os.close(opened)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
     sys.argv = list(request["argv"])
     try:
         code = sys.modules[request["module"]].main(sys.argv)
@@ -76,70 +72,62 @@ def child(request):
     return code
 
 
-for line in requests:
-    request = json.loads(line)
+while True:
+    message, fds, _flags, _address = socket.recv_fds(control, 1 << 22, 3)
+    if not message:
+        break
     pid = os.fork()
     if pid == 0:
-        code = 255
+        code = 1
         try:
-            code = child(request)
+            code = child(json.loads(message), fds)
         except BaseException:
             traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    answers.write("%d\n" % pid)
-    answers.flush()
-    status = os.waitpid(pid, 0)[1]
-    answers.write("%d\n" % os.waitstatus_to_exitcode(status))
-    answers.flush()
-'''
+    for fd in fds:
+        os.close(fd)
+    control.send(b"%d" % pid)
+    control.send(b"%d" % os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
 
 
 class _Warm(object):
-    """One warm process and the pipes to it; one run at a time."""
+    """One warm process and the socket to it; one run at a time."""
 
     def __init__(self, env):
-        requests_read, self._requests = os.pipe()
-        self._answers, answers_write = os.pipe()
+        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.lock = threading.Lock()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, json.dumps(sorted(COMMANDS.values())), str(requests_read),
-             str(answers_write)],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(requests_read, answers_write),
-            close_fds=True)
-        os.close(requests_read)
-        os.close(answers_write)
-        self._buffer = b""
+            [sys.executable, "-c", _SERVER, json.dumps(sorted(COMMANDS.values())), str(theirs.fileno())],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),))
+        theirs.close()
 
-    def _answer(self, deadline):
-        while b"\n" not in self._buffer:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = select.select([self._answers], [], [], wait)[0]
-            if not ready:
-                return None
-            chunk = os.read(self._answers, 64)
-            if not chunk:
-                raise EOFError("the warm ansible process ended")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return int(line)
+    def _answer(self):
+        answer = self.socket.recv(64)
+        if not answer:
+            raise EOFError("the warm ansible process ended")
+        return int(answer)
 
-    def run(self, request, timeout):
-        os.write(self._requests, (json.dumps(request) + "\n").encode())
-        pid = self._answer(None)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        code = self._answer(deadline)
-        if code is None:
+    def run(self, request, fds, timeout):
+        """The run's exit status, or None when it ran past timeout (it is killed)."""
+        socket.send_fds(self.socket, [json.dumps(request).encode()], fds)
+        pid = self._answer()
+        self.socket.settimeout(timeout)
+        try:
+            return self._answer()
+        except socket.timeout:
             os.kill(pid, signal.SIGKILL)
-            self._answer(None)
+            self.socket.settimeout(None)
+            self._answer()
             return None
-        return code
+        finally:
+            self.socket.settimeout(None)
 
     def close(self):
-        os.close(self._requests)
-        os.close(self._answers)
+        self.socket.close()
         self.process.wait()
 
 
@@ -193,35 +181,84 @@ def run(argv, env=None, cwd=None, stdout=None, stderr=None, universal_newlines=N
     if not warm.lock.acquire(blocking=False):
         return subprocess.run(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
                               universal_newlines=universal_newlines, text=text, timeout=timeout, check=check)
-    scratch = tempfile.mkdtemp(prefix="gpunode-warm-ansible-")
+    request = {"module": module, "argv": argv, "env": env, "cwd": os.path.abspath(cwd or os.getcwd())}
     try:
-        paths = {"stdout": os.path.join(scratch, "stdout"), "stderr": os.path.join(scratch, "stderr")}
-        for path in paths.values():
-            open(path, "wb").close()
-        request = {"module": module, "argv": argv, "env": env, "cwd": os.path.abspath(cwd or os.getcwd()),
-                   "stdout": paths["stdout"] if stdout == subprocess.PIPE else os.devnull,
-                   "stderr": None if stderr == subprocess.STDOUT else
-                   paths["stderr"] if stderr == subprocess.PIPE else os.devnull}
-        try:
-            code = warm.run(request, timeout)
-        except (EOFError, OSError):
-            warm.process.kill()
-            raise
-        output = {}
-        for name, path in paths.items():
-            with open(path, "rb") as handle:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "r+b") as null:
+            streams = {subprocess.PIPE: None, subprocess.DEVNULL: null}
+            fds = [null.fileno(), (streams.get(stdout) or out).fileno()]
+            fds.append(fds[1] if stderr == subprocess.STDOUT else (streams.get(stderr) or err).fileno())
+            try:
+                code = warm.run(request, fds, timeout)
+            except (EOFError, OSError):
+                warm.process.kill()
+                raise
+            output = []
+            for handle in (out, err):
+                handle.seek(0)
                 data = handle.read()
-            if universal_newlines or text:  # as subprocess.run's text mode reads it
-                data = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
-            output[name] = data
+                if universal_newlines or text:  # as subprocess.run's text mode reads it
+                    data = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+                output.append(data)
     finally:
         warm.lock.release()
-        shutil.rmtree(scratch, ignore_errors=True)
-    captured_out = output["stdout"] if stdout == subprocess.PIPE else None
-    captured_err = output["stderr"] if stderr == subprocess.PIPE else None
+    captured_out = output[0] if stdout == subprocess.PIPE else None
+    captured_err = output[1] if stderr == subprocess.PIPE else None
     if code is None:
         raise subprocess.TimeoutExpired(argv, timeout, output=captured_out, stderr=captured_err)
     proc = subprocess.CompletedProcess(argv, code, captured_out, captured_err)
     if check:
         proc.check_returncode()
     return proc
+
+
+# Programs that start `ansible-playbook` themselves (Molecule) find SHIMS first on PATH: each shim hands its argv,
+# environment, working directory and standard streams to the relay of this process, which runs them from a warm
+# interpreter and answers the exit status (warm_bin/ansible-playbook).
+SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_bin")
+_relay = {}
+
+
+def shim_environment(env):
+    """env for a program whose ansible runs are to start warm: the shims first on PATH, and the relay's socket."""
+    if os.environ.get("GPUNODE_COLD_ANSIBLE"):
+        return dict(env)
+    with _warm_lock:
+        if not _relay:
+            directory = tempfile.mkdtemp(prefix="gpunode-warm-relay-")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(os.path.join(directory, "socket"))
+            listener.listen(8)
+            threading.Thread(target=_relay_accept, args=(listener,), daemon=True).start()
+            _relay["socket"] = listener.getsockname()
+            atexit.register(shutil.rmtree, directory, True)
+    return dict(env, PATH=os.pathsep.join([SHIMS, env.get("PATH", "")]), GPUNODE_WARM_ANSIBLE=_relay["socket"])
+
+
+def _relay_accept(listener):
+    while True:
+        connection = listener.accept()[0]
+        threading.Thread(target=_relay_one, args=(connection,), daemon=True).start()
+
+
+def _relay_one(connection):
+    with connection:
+        message, fds = socket.recv_fds(connection, 1 << 22, 3)[:2]
+        try:
+            request = json.loads(message)
+            env = request["env"]
+            # The run sees the environment it would have seen without the shims.
+            env.pop("GPUNODE_WARM_ANSIBLE", None)
+            env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep) if part != SHIMS)
+            request["module"] = _command(request["argv"], env)
+            if request["module"] is None:
+                raise ValueError("%s is not an ansible-core command of %s" % (request["argv"][0], BIN))
+            warm = _warm_for(env)
+            with warm.lock:
+                code = warm.run(request, fds, None)
+        except Exception as error:  # the shim runs the command itself
+            os.write(fds[2], ("warm ansible relay: %s; starting it afresh\n" % error).encode())
+            code = "cold"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        connection.send(str(code).encode())

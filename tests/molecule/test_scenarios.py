@@ -17,6 +17,9 @@ import pytest
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+import warm_ansible  # noqa: E402
+
 SCENARIOS = sorted(
     name for name in os.listdir(os.path.join(REPO, "molecule"))
     if os.path.exists(os.path.join(REPO, "molecule", name, "molecule.yml"))
@@ -50,6 +53,8 @@ def test_molecule_scenario(scenario, tmp_path):
         ANSIBLE_FORCE_COLOR="0",
         NO_COLOR="1",
     )
+    # Molecule's ansible-playbook runs start from a warm interpreter of this process (warm_ansible.py).
+    env = warm_ansible.shim_environment(env)
     # --destroy never: the containers and networks are removed with docker below (Molecule's destroy step is a
     # whole playbook run, about 7 CPU s per scenario); by hand, `molecule test` still destroys.
     try:
