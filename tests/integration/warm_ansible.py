@@ -147,8 +147,9 @@ def _warm_for(env):
         if warm is None or warm.process.poll() is not None:
             warm = _Warm(env)
         _warm[key] = warm  # the most recently used last
-        while len(_warm) > _MAX_WARM:
-            _warm.pop(next(iter(_warm))).close()
+        for idle_key in [k for k in _warm if k != key][:max(0, len(_warm) - _MAX_WARM)]:
+            if _warm[idle_key].lock.acquire(blocking=False):  # never one with a run in flight
+                _warm.pop(idle_key).close()
     return warm
 
 
