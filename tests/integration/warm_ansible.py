@@ -141,12 +141,15 @@ def _key(env):
 
 
 def _warm_for(env):
+    """The warm process for env, its lock taken (released by the caller), or None while it has a run in flight."""
     key = _key(env)
     with _warm_lock:
         warm = _warm.pop(key, None)
         if warm is None or warm.process.poll() is not None:
             warm = _Warm(env)
         _warm[key] = warm  # the most recently used last
+        if not warm.lock.acquire(blocking=False):
+            return None
         for idle_key in [k for k in _warm if k != key][:max(0, len(_warm) - _MAX_WARM)]:
             if _warm[idle_key].lock.acquire(blocking=False):  # never one with a run in flight
                 _warm.pop(idle_key).close()
@@ -174,14 +177,13 @@ def run(argv, env=None, cwd=None, stdout=None, stderr=None, universal_newlines=N
     env = dict(os.environ if env is None else env)
     module = None if kwargs or os.environ.get("GPUNODE_COLD_ANSIBLE") else _command(argv, env)
     pipes = (subprocess.PIPE, subprocess.DEVNULL)
-    if module is None or stdout not in pipes or stderr not in pipes + (subprocess.STDOUT,):
+    warm = None
+    if module is not None and stdout in pipes and stderr in pipes + (subprocess.STDOUT,):
+        warm = _warm_for(env)
+    if warm is None:
         return subprocess.run(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
                               universal_newlines=universal_newlines, text=text, timeout=timeout, check=check,
                               **kwargs)
-    warm = _warm_for(env)
-    if not warm.lock.acquire(blocking=False):
-        return subprocess.run(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
-                              universal_newlines=universal_newlines, text=text, timeout=timeout, check=check)
     request = {"module": module, "argv": argv, "env": env, "cwd": os.path.abspath(cwd or os.getcwd())}
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "r+b") as null:
@@ -216,23 +218,24 @@ def run(argv, env=None, cwd=None, stdout=None, stderr=None, universal_newlines=N
 # environment, working directory and standard streams to the relay of this process, which runs them from a warm
 # interpreter and answers the exit status (warm_bin/ansible-playbook).
 SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_bin")
-_relay = {}
+_relay_address = None
 
 
 def shim_environment(env):
     """env for a program whose ansible runs are to start warm: the shims first on PATH, and the relay's socket."""
+    global _relay_address
     if os.environ.get("GPUNODE_COLD_ANSIBLE"):
         return dict(env)
     with _warm_lock:
-        if not _relay:
+        if _relay_address is None:
             directory = tempfile.mkdtemp(prefix="gpunode-warm-relay-")
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             listener.bind(os.path.join(directory, "socket"))
             listener.listen(8)
             threading.Thread(target=_relay_accept, args=(listener,), daemon=True).start()
-            _relay["socket"] = listener.getsockname()
+            _relay_address = listener.getsockname()
             atexit.register(shutil.rmtree, directory, True)
-    return dict(env, PATH=os.pathsep.join([SHIMS, env.get("PATH", "")]), GPUNODE_WARM_ANSIBLE=_relay["socket"])
+    return dict(env, PATH=os.pathsep.join([SHIMS, env.get("PATH", "")]), GPUNODE_WARM_ANSIBLE=_relay_address)
 
 
 def _relay_accept(listener):
@@ -242,6 +245,8 @@ def _relay_accept(listener):
 
 
 def _relay_one(connection):
+    """One shim's run. The relay declines ("cold": the shim runs the command itself) only before the run starts; a
+    failure after that is the run's own (status 1, said on its stderr), never a second run."""
     with connection:
         message, fds = socket.recv_fds(connection, 1 << 22, 3)[:2]
         try:
@@ -251,14 +256,18 @@ def _relay_one(connection):
             env.pop("GPUNODE_WARM_ANSIBLE", None)
             env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep) if part != SHIMS)
             request["module"] = _command(request["argv"], env)
-            if request["module"] is None:
-                raise ValueError("%s is not an ansible-core command of %s" % (request["argv"][0], BIN))
-            warm = _warm_for(env)
-            with warm.lock:
-                code = warm.run(request, fds, None)
-        except Exception as error:  # the shim runs the command itself
-            os.write(fds[2], ("warm ansible relay: %s; starting it afresh\n" % error).encode())
-            code = "cold"
+            warm = _warm_for(env) if request["module"] else None
+            if warm is None:
+                code = "cold"
+            else:
+                try:
+                    code = warm.run(request, fds, None)
+                except (EOFError, OSError) as error:
+                    warm.process.kill()
+                    os.write(fds[2], ("warm ansible relay: the run's warm process failed: %s\n" % error).encode())
+                    code = 1
+                finally:
+                    warm.lock.release()
         finally:
             for fd in fds:
                 os.close(fd)
