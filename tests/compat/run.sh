@@ -94,9 +94,8 @@ flock 9
 if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  # --no-compile, as for the project venv (tests/testbed/bootstrap.sh): the tests compile what they import.
   # shellcheck disable=SC2086
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-compile "ansible-core==$release" $tools >"$venv.pip.log" 2>&1 || {
+  "$venv/bin/pip" install -q --disable-pip-version-check "ansible-core==$release" $tools >"$venv.pip.log" 2>&1 || {
     tail -20 "$venv.pip.log"; echo "installing ansible-core $release failed (log: $venv.pip.log)"; exit 1; }
   echo "$pins" > "$venv/.pins"
 fi

@@ -14,7 +14,7 @@ pin="galaxy-importer==0.4.44 on $("$python" -V 2>&1) ($python)"
 if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$pin" ]; then
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-compile "${pin%% *}" >.cache/importer-pip.log 2>&1 || {
+  "$venv/bin/pip" install -q --disable-pip-version-check "${pin%% *}" >.cache/importer-pip.log 2>&1 || {
     tail -20 .cache/importer-pip.log; echo "installing $pin failed (log: .cache/importer-pip.log)"; exit 1; }
   echo "$pin" > "$venv/.pin"
 fi

@@ -80,9 +80,7 @@ venv() {
     echo "creating the Python venv (.venv) with $python ($("$python" -V 2>&1))"
     rm -rf .venv
     "$python" -m venv .venv
-    # --no-compile: Python compiles what the tests import when they first import it; pip would compile every file
-    # it installs (ansible-test's, kubernetes' models, ...), which costs about 8 CPU s more per venv.
-    .venv/bin/pip install -q --disable-pip-version-check --no-compile -r requirements-dev.txt >>"$log" 2>&1
+    .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt >>"$log" 2>&1
     echo "$want" > "$stamp"
   fi
 
