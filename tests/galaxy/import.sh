@@ -6,17 +6,16 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 venv=.cache/importer-venv
-# On the distribution's python3 where it has venv, as the project venv (tests/testbed/bootstrap.sh: built with
-# profile-guided optimisation, it runs the importer's ansible-lint and ansible-doc faster than a source build).
-python=/usr/bin/python3
-"$python" -c 'import ensurepip, venv' 2>/dev/null || python=$(command -v python3)
-pin="galaxy-importer==0.4.44 on $("$python" -V 2>&1) ($python)"
-if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$pin" ]; then
+pin="galaxy-importer==0.4.44"
+# The same Python as the project venv's; the venv is built again when the pin or that Python changes.
+python=$(tests/testbed/venv-python.sh)
+stamp="$pin on $python, $("$python" -VV 2>&1)"
+if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "${pin%% *}" >.cache/importer-pip.log 2>&1 || {
+  "$venv/bin/pip" install -q --disable-pip-version-check "$pin" >.cache/importer-pip.log 2>&1 || {
     tail -20 .cache/importer-pip.log; echo "installing $pin failed (log: .cache/importer-pip.log)"; exit 1; }
-  echo "$pin" > "$venv/.pin"
+  echo "$stamp" > "$venv/.pin"
 fi
 
 out=.cache/galaxy-import

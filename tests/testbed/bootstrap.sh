@@ -61,20 +61,9 @@ PY
   echo "$collections_pin" > "$stamp"
 }
 
-# The venv's Python: the distribution's python3 where ansible-core accepts it (3.11+), else the first python3 on
-# PATH. Debian's and Ubuntu's are built with profile-guided optimisation and LTO; on a Python built from source
-# without them (pyenv's default, which a PATH may put first), the tests' ansible runs take about 10 % more CPU.
-venv_python() {
-  if /usr/bin/python3 -c 'import ensurepip, sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    echo /usr/bin/python3
-  else
-    command -v python3
-  fi
-}
-
 venv() {
   local stamp=.venv/.requirements.sha256 want python link=.cache/collections/ansible_collections/gpunode/nvidia
-  python=$(venv_python)
+  python=$(tests/testbed/venv-python.sh)
   want=$({ cat meta/requirements.txt requirements.txt requirements-dev.txt; "$python" -VV; } | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "creating the Python venv (.venv) with $python ($("$python" -V 2>&1))"
